@@ -1,0 +1,268 @@
+package opa
+
+import (
+	"encoding/json"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DefaultEnforcementPoint is the name this service answers to in a
+// constraint's scopedEnforcementActions.
+const DefaultEnforcementPoint = "opa-scheduler-extender"
+
+// ActionAnnotation overrides, for this enforcement point only, the action a
+// constraint's spec gives. Gatekeeper ignores it, so it works in clusters
+// whose Gatekeeper rejects unknown enforcement points in
+// scopedEnforcementActions.
+const ActionAnnotation = "opa-scheduler-extender/enforcement-action"
+
+// Action is what a violated constraint does at this enforcement point.
+type Action string
+
+const (
+	// Deny filters the node out.
+	Deny Action = "deny"
+	// Warn lowers the node's score.
+	Warn Action = "warn"
+	// DryRun only counts and logs.
+	DryRun Action = "dryrun"
+)
+
+// Well-known API groups of Gatekeeper objects.
+const (
+	TemplateGroup   = "templates.gatekeeper.sh"
+	ConstraintGroup = "constraints.gatekeeper.sh"
+	// TargetName is the only target this engine evaluates.
+	TargetName = "admission.k8s.gatekeeper.sh"
+)
+
+// ConstraintKey names a constraint: its kind (the template's CRD kind) and name.
+type ConstraintKey struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+func (k ConstraintKey) String() string { return k.Kind + "/" + k.Name }
+
+// Violation is one element of a template's violation set, or an evaluation
+// or match error turned into a violation (fail closed).
+type Violation struct {
+	Constraint ConstraintKey   `json:"constraint"`
+	Action     Action          `json:"action"`
+	Message    string          `json:"msg"`
+	Details    json.RawMessage `json:"details,omitempty"`
+	// Error is true when the violation stands for an evaluation error or a
+	// match error rather than a rule of the template.
+	Error bool `json:"error,omitempty"`
+}
+
+// Candidate is a node the scheduler asks about. Without Object the node is
+// looked up in the inventory (nodeCacheCapable mode); with Object the given
+// node is what the policy sees, in place of the inventory's Node of that
+// name.
+type Candidate struct {
+	Name   string
+	Object map[string]any
+}
+
+// PlacementRequest asks which candidate nodes a pod may go to.
+type PlacementRequest struct {
+	// Pod is the pod being scheduled, as unstructured content
+	// (apiVersion/kind may be missing: they are set to v1/Pod).
+	Pod map[string]any
+	// Candidates are the nodes to judge, in the scheduler's order.
+	Candidates []Candidate
+	// Explain records, per node, every constraint that matched the pod with
+	// its verdict and the time spent, for /debug/explain.
+	Explain bool
+}
+
+// NodeVerdict is the engine's answer for one candidate node.
+type NodeVerdict struct {
+	Name string `json:"name"`
+	// Unknown is true when the node was neither supplied nor in the
+	// inventory: no policy was evaluated for it.
+	Unknown    bool        `json:"unknown,omitempty"`
+	Violations []Violation `json:"violations,omitempty"`
+	// Explain is filled only when the request asked for it.
+	Explain []ConstraintTrace `json:"explain,omitempty"`
+}
+
+// Denied reports whether any deny constraint is violated on the node.
+func (v NodeVerdict) Denied() bool {
+	for _, x := range v.Violations {
+		if x.Action == Deny {
+			return true
+		}
+	}
+	return false
+}
+
+// ViolatedWarnConstraints counts the distinct warn constraints violated on the node.
+func (v NodeVerdict) ViolatedWarnConstraints() int {
+	seen := map[ConstraintKey]struct{}{}
+	for _, x := range v.Violations {
+		if x.Action == Warn {
+			seen[x.Constraint] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
+// ConstraintTrace is one constraint's verdict on one node, for explain.
+type ConstraintTrace struct {
+	Constraint ConstraintKey `json:"constraint"`
+	Action     Action        `json:"action"`
+	Violations []string      `json:"violations,omitempty"`
+	// Memoised is true when the verdict came from the memo.
+	Memoised bool `json:"memoised"`
+	// PerPod is true when the template cannot read the node, so the verdict
+	// was computed once for the pod.
+	PerPod   bool          `json:"perPod"`
+	Duration time.Duration `json:"durationNanos"`
+}
+
+// Placement is the answer to a PlacementRequest.
+type Placement struct {
+	// Nodes holds one verdict per candidate, in the request's order.
+	Nodes []NodeVerdict
+	// MatchedWarnConstraints is W in the scoring rule: how many warn
+	// constraints match the pod (whatever the node).
+	MatchedWarnConstraints int
+	// Generation is the policy generation the answer was computed with.
+	Generation uint64
+}
+
+// Score is the prioritize score of a node, 0..10: with W warn constraints
+// matching the pod and V of them violated on the node,
+// round(10 * (W - V) / W), and 10 when W = 0.
+func (p *Placement) Score(v NodeVerdict) int64 {
+	w := p.MatchedWarnConstraints
+	if w == 0 {
+		return 10
+	}
+	violated := v.ViolatedWarnConstraints()
+	if violated > w {
+		violated = w
+	}
+	// Integer rounding of 10*(w-v)/w, halves up.
+	return int64((20*(w-violated) + w) / (2 * w))
+}
+
+// ReviewRequest is a general admission-style review, as gator verify and
+// Gatekeeper's audit see objects. Placement builds its own reviews.
+type ReviewRequest struct {
+	// Object under review (nil for a DELETE with only OldObject).
+	Object map[string]any
+	// OldObject, for UPDATE and DELETE requests.
+	OldObject map[string]any
+	// Operation: CREATE, UPDATE, DELETE, CONNECT, or "" (gator's plain
+	// objects carry none).
+	Operation string
+	// Kind and Resource of the request; Kind defaults to the object's.
+	Kind     schema.GroupVersionKind
+	Resource schema.GroupVersionResource
+	// Name and Namespace of the request; default to the object's.
+	Name, Namespace string
+	// UserInfo is the requester, as authentication/v1 UserInfo JSON.
+	UserInfo map[string]any
+	// NamespaceObject is the object's Namespace (nil: null in the review).
+	NamespaceObject map[string]any
+	// Extra holds further AdmissionRequest fields (uid, dryRun, options, ...)
+	// copied into the review as they are.
+	Extra map[string]any
+}
+
+// Status describes the loaded policy set, for /debug/policies and metrics.
+type Status struct {
+	Generation  uint64             `json:"generation"`
+	Templates   []TemplateStatus   `json:"templates"`
+	Constraints []ConstraintStatus `json:"constraints"`
+	// Inventory counts objects per "groupVersion/Kind".
+	Inventory map[string]int `json:"inventory"`
+}
+
+// TemplateStatus is one ConstraintTemplate as the engine holds it.
+type TemplateStatus struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Active is true when a compiled version is in force (possibly an older
+	// one, if Error is set).
+	Active bool `json:"active"`
+	// Error is the last rejected version's error (compile error, invalid
+	// template), empty when the newest version is in force.
+	Error string `json:"error,omitempty"`
+	// ObservedGeneration is metadata.generation of the version in force.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// PerPod is true when the template cannot read the candidate node.
+	PerPod bool `json:"perPod"`
+	// Memoised is false for templates using nondeterministic builtins.
+	Memoised bool `json:"memoised"`
+	// Reads lists the input and node paths the memo key is made of.
+	Reads []string `json:"reads,omitempty"`
+}
+
+// ConstraintStatus is one Constraint as the engine holds it.
+type ConstraintStatus struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+	// Action at this enforcement point; empty when the constraint does not
+	// apply here (scoped to other points).
+	Action Action `json:"action,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// ObservedGeneration is metadata.generation of the version in force.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// PerPod, Memoised and Reads are as for templates, with this
+	// constraint's parameters known (a label key given as a parameter
+	// narrows a read of all labels to one).
+	PerPod   bool     `json:"perPod"`
+	Memoised bool     `json:"memoised"`
+	Reads    []string `json:"reads,omitempty"`
+}
+
+// Stats are monotonic counters and gauges for metrics; read with Stats().
+type Stats struct {
+	Evaluations      uint64 // Rego evaluations run
+	MemoHits         uint64
+	MemoMisses       uint64
+	EvalErrors       uint64 // evaluations that failed (turned into violations)
+	CompileErrors    uint64 // templates rejected
+	ConstraintErrors uint64 // constraints rejected
+	PolicyGeneration uint64
+	LastApply        time.Time // last successful policy or inventory change
+}
+
+// ObjectRef identifies an object for removal.
+type ObjectRef struct {
+	GroupVersionKind schema.GroupVersionKind
+	Namespace, Name  string
+}
+
+// Change is one object added, updated or removed. Sources send batches of
+// them to Apply.
+type Change struct {
+	// Object to upsert; nil for a deletion.
+	Object *unstructured.Unstructured
+	// Delete names the object to remove when Object is nil.
+	Delete *ObjectRef
+}
+
+// ApplyError reports one change that was refused.
+type ApplyError struct {
+	Ref ObjectRef
+	Err error
+}
+
+func (e *ApplyError) Error() string {
+	gvk := e.Ref.GroupVersionKind
+	name := e.Ref.Name
+	if e.Ref.Namespace != "" {
+		name = e.Ref.Namespace + "/" + name
+	}
+	return gvk.Kind + "." + gvk.Group + " " + name + ": " + e.Err.Error()
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }

@@ -1,0 +1,21 @@
+// Package opa is the policy engine of opa-scheduler-extender.
+//
+// It owns Gatekeeper semantics: it parses ConstraintTemplates and Constraints,
+// compiles their Rego the way Gatekeeper's constraint framework does (each
+// template isolated, Gatekeeper's ref and import rules, a violation rule
+// required), keeps them in an embedded OPA SDK instance together with the
+// inventory (data.inventory, laid out exactly as Gatekeeper's sync lays it
+// out), evaluates spec.match in Go, and answers placement questions: for a
+// Pod and a list of candidate nodes, which constraints does each node
+// violate, and under which enforcement action.
+//
+// It does not know HTTP, the scheduler's wire types or where objects come
+// from: sources (a folder, a cluster) push objects in through Apply, and
+// handlers ask through Evaluate and Review. Data flows one way.
+//
+// Speed comes from three decisions made when a template is compiled: inputs
+// are converted to ast.Value once per request; templates that cannot read the
+// candidate node are evaluated once per pod, not once per node; and every
+// deterministic template is memoised on a key made of exactly the parts of
+// the input and of the node that its compiled Rego can read (see analysis.go).
+package opa

@@ -1,0 +1,558 @@
+package opa
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/sdk"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Options configure an Engine. The zero value is usable.
+type Options struct {
+	// EnforcementPoint is this service's name in scopedEnforcementActions
+	// (default DefaultEnforcementPoint).
+	EnforcementPoint string
+	// UserInfo is review.userInfo in placement reviews (default: the
+	// kube-scheduler's identity).
+	UserInfo map[string]any
+	// Logger receives compile errors and policy changes (default: discard).
+	Logger *slog.Logger
+	// MemoEntries bounds the memo of each constraint (default 8192).
+	MemoEntries int
+	// DisableMemo evaluates every review (for tests and measurements).
+	DisableMemo bool
+	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
+	// to templates. Off by default, as in Gatekeeper: a template cannot
+	// reach out of the process.
+	AllowNetworkBuiltins bool
+}
+
+// Engine holds the policy set and the inventory, and answers reviews. It is
+// safe for concurrent use: Evaluate and Review run in parallel with Apply,
+// and each sees one consistent policy set and inventory.
+type Engine struct {
+	opts  Options
+	log   *slog.Logger
+	sdk   *sdk.OPA
+	mgr   *plugins.Manager
+	store storage.Store
+	caps  *ast.Capabilities
+
+	// snap is what requests read: swapped whole, never mutated.
+	snap atomic.Pointer[snapshot]
+
+	// mu serialises writers; the fields below belong to it.
+	mu          sync.Mutex
+	templates   map[string]*templateState // by template name
+	constraints map[ConstraintKey]*constraintState
+	invCounts   map[string]int
+	invGen      uint64
+	generation  uint64
+	// pending is the snapshot a commit is about to install, picked up by
+	// the SDK manager's compiler trigger.
+	pending *snapshot
+
+	stats struct {
+		evaluations, memoHits, memoMisses, evalErrors atomic.Uint64
+		compileErrors, constraintErrors            atomic.Uint64
+		lastApply                                  atomic.Int64
+	}
+}
+
+type templateState struct {
+	current *template // in force; nil if never compiled
+	err     error     // last rejected version
+}
+
+type constraintState struct {
+	current *constraint
+	err     error
+}
+
+// snapshot is one consistent policy set.
+type snapshot struct {
+	generation  uint64
+	compiler    *ast.Compiler
+	templates   map[string]*compiledTemplate // by kind
+	constraints []*boundConstraint           // sorted by key
+}
+
+type compiledTemplate struct {
+	t        *template
+	compiler *ast.Compiler
+	rules    []*ast.Rule
+	// analysis is the template's, without any constraint's parameters.
+	analysis *analysis
+	query    rego.PreparedEvalQuery
+	// overrideQuery evaluates with data.inventory.cluster.v1.Node replaced
+	// by input.nodes, for requests that carry full Node objects.
+	overrideQuery rego.PreparedEvalQuery
+}
+
+type boundConstraint struct {
+	c    *constraint
+	tmpl *compiledTemplate
+	memo *memo
+	// analysis is the template's with this constraint's parameters known.
+	analysis *analysis
+	// keyInputPaths are the input paths of the memo key (parameters are
+	// constant per constraint and left out).
+	keyInputPaths [][]*ast.Term
+}
+
+func bind(c *constraint, ct *compiledTemplate, m *memo) *boundConstraint {
+	bc := &boundConstraint{c: c, tmpl: ct, memo: m}
+	bc.analysis = analyzeTemplate(ct.compiler, ct.rules, templateRoot(ct.t.kind), c.parameters)
+	for _, p := range bc.analysis.inputPaths {
+		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
+			continue
+		}
+		bc.keyInputPaths = append(bc.keyInputPaths, p)
+	}
+	return bc
+}
+
+// generationPath holds the inventory generation inside the store, so that
+// a request reads it in the same transaction as the inventory itself.
+var generationPath = storage.Path{"opa_scheduler_extender", "inventory_generation"}
+
+// New starts an engine with an embedded OPA SDK instance.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.EnforcementPoint == "" {
+		opts.EnforcementPoint = DefaultEnforcementPoint
+	}
+	if opts.UserInfo == nil {
+		opts.UserInfo = map[string]any{"username": "system:kube-scheduler", "groups": []any{"system:authenticated"}}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MemoEntries <= 0 {
+		opts.MemoEntries = 8192
+	}
+	e := &Engine{
+		opts:        opts,
+		log:         opts.Logger,
+		templates:   map[string]*templateState{},
+		constraints: map[ConstraintKey]*constraintState{},
+		invCounts:   map[string]int{},
+		caps:        capabilities(opts.AllowNetworkBuiltins),
+	}
+	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	var mgr *plugins.Manager
+	o, err := sdk.New(ctx, sdk.Options{
+		ID:            "opa-scheduler-extender",
+		Config:        strings.NewReader("{}"),
+		Store:         e.store,
+		Logger:        logging.NewNoOpLogger(),
+		ConsoleLogger: logging.NewNoOpLogger(),
+		ManagerOpts:   []func(*plugins.Manager){func(m *plugins.Manager) { mgr = m }},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start OPA SDK: %w", err)
+	}
+	if mgr == nil {
+		return nil, errors.New("start OPA SDK: no plugin manager")
+	}
+	e.sdk, e.mgr = o, mgr
+	// The manager recompiles on policy commits; we hand it our compiler on
+	// the transaction context and install the matching snapshot when it
+	// says the compiler changed.
+	mgr.RegisterCompilerTrigger(func(storage.Transaction) { e.onCompilerChange() })
+	empty := &snapshot{compiler: ast.NewCompiler().WithCapabilities(e.caps), templates: map[string]*compiledTemplate{}}
+	e.snap.Store(empty)
+	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"inventory"}, ast.NewObject()); err != nil {
+		return nil, fmt.Errorf("initialise inventory: %w", err)
+	}
+	if err := storage.WriteOne(ctx, e.store, storage.AddOp, generationPath[:1], ast.NewObject(ast.Item(ast.StringTerm(generationPath[1]), ast.InternedTerm(0)))); err != nil {
+		return nil, fmt.Errorf("initialise inventory generation: %w", err)
+	}
+	return e, nil
+}
+
+// Close stops the SDK instance.
+func (e *Engine) Close(ctx context.Context) { e.sdk.Stop(ctx) }
+
+// onCompilerChange runs inside the commit that installs a new compiler.
+func (e *Engine) onCompilerChange() {
+	if p := e.pending; p != nil && e.mgr.GetCompiler() == p.compiler {
+		e.snap.Store(p)
+		e.pending = nil
+	}
+}
+
+func capabilities(allowNetwork bool) *ast.Capabilities {
+	caps := ast.CapabilitiesForThisVersion()
+	if allowNetwork {
+		return caps
+	}
+	banned := map[string]bool{"http.send": true, "net.lookup_ip_addr": true, "opa.runtime": true}
+	kept := caps.Builtins[:0:0]
+	for _, b := range caps.Builtins {
+		if !banned[b.Name] {
+			kept = append(kept, b)
+		}
+	}
+	caps.Builtins = kept
+	return caps
+}
+
+// Apply adds, updates and removes templates, constraints and inventory
+// objects in one step: everything accepted becomes visible at once. A
+// change that is refused (a template that does not compile, an invalid
+// constraint) is reported and leaves the previous version of that object
+// in force; the rest of the batch still applies.
+func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	var errs []*ApplyError
+	fail := func(ref ObjectRef, err error) { errs = append(errs, &ApplyError{Ref: ref, Err: err}) }
+
+	templatesChanged := map[string]*template{} // name -> new version, nil = delete
+	constraintsChanged := false
+	var inv []Change
+
+	for _, ch := range changes {
+		ref, err := changeRef(ch)
+		if err != nil {
+			fail(ref, err)
+			continue
+		}
+		gvk := ref.GroupVersionKind
+		switch {
+		case gvk.Group == TemplateGroup && gvk.Kind == "ConstraintTemplate":
+			if ch.Object == nil {
+				templatesChanged[ref.Name] = nil
+				continue
+			}
+			if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.resourceVersion, ch.Object) {
+				continue
+			}
+			t, err := parseTemplate(ch.Object)
+			if err == nil {
+				err = compileAlone(t, e.caps)
+			}
+			if err != nil {
+				e.stats.compileErrors.Add(1)
+				e.templateState(ref.Name).err = err
+				e.log.Warn("template rejected; the previous version stays in force", "template", ref.Name, "err", err)
+				fail(ref, err)
+				continue
+			}
+			templatesChanged[ref.Name] = t
+		case gvk.Group == ConstraintGroup:
+			key := ConstraintKey{Kind: gvk.Kind, Name: ref.Name}
+			if ch.Object == nil {
+				if _, ok := e.constraints[key]; ok {
+					delete(e.constraints, key)
+					constraintsChanged = true
+				}
+				continue
+			}
+			c, err := parseConstraint(ch.Object, e.opts.EnforcementPoint)
+			st := e.constraints[key]
+			if st == nil {
+				st = &constraintState{}
+				e.constraints[key] = st
+			}
+			if err != nil {
+				e.stats.constraintErrors.Add(1)
+				st.err = err
+				e.log.Warn("constraint rejected; the previous version stays in force", "constraint", key.String(), "err", err)
+				fail(ref, err)
+				constraintsChanged = true // status changed
+				continue
+			}
+			if st.current != nil && st.err == nil && st.current.content == c.content {
+				continue
+			}
+			st.current, st.err = c, nil
+			constraintsChanged = true
+		default:
+			inv = append(inv, ch)
+		}
+	}
+
+	// Kinds must be unique across templates: Gatekeeper owns one CRD per kind.
+	for name, t := range templatesChanged {
+		if t == nil {
+			continue
+		}
+		for other, st := range e.templates {
+			if other == name || st.current == nil || st.current.kind != t.kind {
+				continue
+			}
+			if o, changing := templatesChanged[other]; changing && (o == nil || o.kind != t.kind) {
+				continue
+			}
+			err := fmt.Errorf("%w: kind %s is already defined by template %s", ErrInvalidTemplate, t.kind, other)
+			e.templateState(name).err = err
+			fail(ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}, err)
+			delete(templatesChanged, name)
+			break
+		}
+	}
+
+	next, err := e.nextSnapshot(ctx, templatesChanged, constraintsChanged)
+	if err != nil {
+		for name, t := range templatesChanged {
+			if t != nil {
+				e.templateState(name).err = err
+				fail(ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}, err)
+			}
+		}
+		templatesChanged = map[string]*template{}
+		next, _ = e.nextSnapshot(ctx, nil, constraintsChanged)
+	}
+	if ierrs := e.commit(ctx, templatesChanged, next, inv); len(ierrs) > 0 {
+		errs = append(errs, ierrs...)
+	}
+	return errs
+}
+
+func sameVersion(rv string, u *unstructured.Unstructured) bool {
+	return rv != "" && rv == u.GetResourceVersion()
+}
+
+func (e *Engine) templateState(name string) *templateState {
+	st := e.templates[name]
+	if st == nil {
+		st = &templateState{}
+		e.templates[name] = st
+	}
+	return st
+}
+
+func changeRef(ch Change) (ObjectRef, error) {
+	if ch.Object != nil {
+		ref := ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Namespace: ch.Object.GetNamespace(), Name: ch.Object.GetName()}
+		if ref.GroupVersionKind.Kind == "" || ref.GroupVersionKind.Version == "" {
+			return ref, errors.New("apiVersion and kind are required")
+		}
+		if ref.Name == "" {
+			return ref, errors.New("metadata.name is required")
+		}
+		return ref, nil
+	}
+	if ch.Delete == nil {
+		return ObjectRef{}, errors.New("change has neither an object nor a deletion")
+	}
+	return *ch.Delete, nil
+}
+
+// compileAlone compiles one template on its own, so that its errors are
+// its own and never blamed on the policy set.
+func compileAlone(t *template, caps *ast.Capabilities) error {
+	c := ast.NewCompiler().WithCapabilities(caps).WithEnablePrintStatements(false)
+	c.Compile(t.modules)
+	if c.Failed() {
+		return fmt.Errorf("%w: compile: %v", ErrInvalidTemplate, c.Errors)
+	}
+	return nil
+}
+
+// nextSnapshot builds the policy set that results from the changes. It
+// compiles only when templates changed.
+func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template, constraintsChanged bool) (*snapshot, error) {
+	cur := e.snap.Load()
+	if len(changed) == 0 && !constraintsChanged {
+		return nil, nil
+	}
+	next := &snapshot{generation: cur.generation + 1, compiler: cur.compiler, templates: cur.templates}
+	if len(changed) > 0 {
+		// The whole set of templates in force after the change.
+		byName := map[string]*template{}
+		for name, st := range e.templates {
+			if st.current != nil {
+				byName[name] = st.current
+			}
+		}
+		for name, t := range changed {
+			if t == nil {
+				delete(byName, name)
+			} else {
+				byName[name] = t
+			}
+		}
+		modules := map[string]*ast.Module{}
+		for _, t := range byName {
+			for id, m := range t.modules {
+				modules[id] = m.Copy()
+			}
+		}
+		c := ast.NewCompiler().WithCapabilities(e.caps).WithEnablePrintStatements(false)
+		c.Compile(modules)
+		if c.Failed() {
+			return nil, fmt.Errorf("%w: compile policy set: %v", ErrInvalidTemplate, c.Errors)
+		}
+		next.compiler = c
+		next.templates = map[string]*compiledTemplate{}
+		for _, t := range byName {
+			ct, err := e.prepare(ctx, c, t)
+			if err != nil {
+				return nil, fmt.Errorf("prepare template %s: %w", t.name, err)
+			}
+			next.templates[t.kind] = ct
+		}
+	}
+	// Bind constraints to the templates in force; keep the memo of every
+	// constraint whose constraint and template are unchanged.
+	old := map[ConstraintKey]*boundConstraint{}
+	for _, bc := range cur.constraints {
+		old[bc.c.key] = bc
+	}
+	for key, st := range e.constraints {
+		if st.current == nil {
+			continue
+		}
+		ct := next.templates[key.Kind]
+		if ct == nil {
+			continue
+		}
+		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl == ct {
+			next.constraints = append(next.constraints, prev)
+			continue
+		}
+		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl.t == ct.t {
+			// Same constraint, same template recompiled with others: the
+			// verdicts stand, the queries are new.
+			bc := bind(st.current, ct, prev.memo)
+			next.constraints = append(next.constraints, bc)
+			continue
+		}
+		next.constraints = append(next.constraints, bind(st.current, ct, newMemo(e.opts.MemoEntries)))
+	}
+	sort.Slice(next.constraints, func(i, j int) bool {
+		a, b := next.constraints[i].c.key, next.constraints[j].c.key
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return next, nil
+}
+
+func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*compiledTemplate, error) {
+	var rules []*ast.Rule
+	for id := range t.modules {
+		rules = append(rules, c.Modules[id].Rules...)
+	}
+	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analyzeTemplate(c, rules, templateRoot(t.kind), nil)}
+	var err error
+	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.queryRef())))
+	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
+		return nil, err
+	}
+	override := ast.MustParseBodyWithOpts(
+		fmt.Sprintf("%s with input as input.review_input with data.inventory.cluster.v1.Node as input.nodes", t.queryRef()),
+		ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if ct.overrideQuery, err = rego.New(rego.ParsedQuery(override), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
+		return nil, err
+	}
+	return ct, nil
+}
+
+// commit writes policies and inventory in one store transaction and
+// installs the next snapshot when its compiler is in force.
+func (e *Engine) commit(ctx context.Context, templates map[string]*template, next *snapshot, inv []Change) []*ApplyError {
+	if next == nil && len(inv) == 0 {
+		return nil
+	}
+	params := storage.WriteParams
+	params.Context = storage.NewContext()
+	txn, err := e.store.NewTransaction(ctx, params)
+	if err != nil {
+		return []*ApplyError{{Err: fmt.Errorf("open store transaction: %w", err)}}
+	}
+	var errs []*ApplyError
+	for name, t := range templates {
+		prev := e.templates[name]
+		if prev != nil && prev.current != nil {
+			for id := range prev.current.texts {
+				if t == nil || t.texts[id] == nil {
+					_ = e.store.DeletePolicy(ctx, txn, id)
+				}
+			}
+		}
+		if t != nil {
+			for id, text := range t.texts {
+				if err := e.store.UpsertPolicy(ctx, txn, id, text); err != nil {
+					e.store.Abort(ctx, txn)
+					return []*ApplyError{{Err: fmt.Errorf("store template %s: %w", name, err)}}
+				}
+			}
+		}
+	}
+	counts := map[string]int{}
+	for _, ch := range inv {
+		ref, _ := changeRef(ch)
+		delta, err := e.writeInventory(ctx, txn, ch)
+		if err != nil {
+			errs = append(errs, &ApplyError{Ref: ref, Err: err})
+			continue
+		}
+		counts[inventoryKey(ref.GroupVersionKind)] += delta
+	}
+	gen := e.invGen
+	if len(inv) > len(errs) {
+		gen++
+		if err := e.store.Write(ctx, txn, storage.ReplaceOp, generationPath, ast.InternedTerm(int(gen)).Value); err != nil {
+			e.store.Abort(ctx, txn)
+			return append(errs, &ApplyError{Err: fmt.Errorf("store inventory generation: %w", err)})
+		}
+	}
+	if next != nil && len(templates) > 0 {
+		plugins.SetCompilerOnContext(params.Context, next.compiler)
+		e.pending = next
+	}
+	if err := e.store.Commit(ctx, txn); err != nil {
+		e.pending = nil
+		return append(errs, &ApplyError{Err: fmt.Errorf("commit: %w", err)})
+	}
+	if next != nil {
+		if len(templates) == 0 {
+			e.snap.Store(next) // constraints only: the compiler is unchanged
+		} else if e.pending != nil {
+			// The manager did not report the compiler change; install the
+			// snapshot anyway, its compiler is the one just committed.
+			e.log.Warn("OPA manager did not report the new compiler; installing the policy set directly")
+			e.snap.Store(next)
+			e.pending = nil
+		}
+		e.generation = next.generation
+		for name, t := range templates {
+			if t == nil {
+				delete(e.templates, name)
+				continue
+			}
+			st := e.templateState(name)
+			st.current, st.err = t, nil
+		}
+		e.log.Info("policy set installed", "generation", next.generation, "templates", len(next.templates), "constraints", len(next.constraints))
+	}
+	e.invGen = gen
+	for k, d := range counts {
+		e.invCounts[k] += d
+		if e.invCounts[k] <= 0 {
+			delete(e.invCounts, k)
+		}
+	}
+	e.stats.lastApply.Store(time.Now().UnixNano())
+	return errs
+}

@@ -1,0 +1,98 @@
+package opa
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// inventoryPath is where Gatekeeper's sync puts an object:
+// data.inventory.cluster[gv][Kind][name] for cluster-scoped objects and
+// data.inventory.namespace[ns][gv][Kind][name] for namespaced ones.
+func inventoryPath(gvk schema.GroupVersionKind, namespace, name string) storage.Path {
+	gv := gvk.GroupVersion().String()
+	if namespace == "" {
+		return storage.Path{"inventory", "cluster", gv, gvk.Kind, name}
+	}
+	return storage.Path{"inventory", "namespace", namespace, gv, gvk.Kind, name}
+}
+
+func inventoryKey(gvk schema.GroupVersionKind) string {
+	return gvk.GroupVersion().String() + "/" + gvk.Kind
+}
+
+// writeInventory applies one inventory change inside txn and reports how
+// the object count changed (+1 added, -1 removed, 0 replaced or absent).
+//
+// metadata.managedFields is dropped: it is the bulk of a Node's size, no
+// policy has a reason to read it, and the inventory of a 5000-node cluster
+// must stay small. This is the one place the inventory differs from
+// Gatekeeper's.
+func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change) (int, error) {
+	ref, _ := changeRef(ch)
+	path := inventoryPath(ref.GroupVersionKind, ref.Namespace, ref.Name)
+	_, err := e.store.Read(ctx, txn, path)
+	exists := err == nil
+	if err != nil && !storage.IsNotFound(err) {
+		return 0, fmt.Errorf("read inventory: %w", err)
+	}
+	if ch.Object == nil {
+		if !exists {
+			return 0, nil
+		}
+		if err := e.store.Write(ctx, txn, storage.RemoveOp, path, nil); err != nil {
+			return 0, fmt.Errorf("remove from inventory: %w", err)
+		}
+		return -1, nil
+	}
+	content := ch.Object.Object
+	if md, ok := content["metadata"].(map[string]any); ok {
+		if _, has := md["managedFields"]; has {
+			md2 := make(map[string]any, len(md))
+			for k, v := range md {
+				if k != "managedFields" {
+					md2[k] = v
+				}
+			}
+			c2 := make(map[string]any, len(content))
+			for k, v := range content {
+				c2[k] = v
+			}
+			c2["metadata"] = md2
+			content = c2
+		}
+	}
+	value, err := ast.InterfaceToValue(content)
+	if err != nil {
+		return 0, fmt.Errorf("convert object: %w", err)
+	}
+	if exists {
+		return 0, e.store.Write(ctx, txn, storage.ReplaceOp, path, value)
+	}
+	if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
+		return 0, fmt.Errorf("make inventory path: %w", err)
+	}
+	if err := e.store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
+		return 0, fmt.Errorf("add to inventory: %w", err)
+	}
+	return 1, nil
+}
+
+// readValue reads an AST value from the store, nil when absent.
+func (e *Engine) readValue(ctx context.Context, txn storage.Transaction, path storage.Path) ast.Value {
+	v, err := e.store.Read(ctx, txn, path)
+	if err != nil {
+		return nil
+	}
+	if av, ok := v.(ast.Value); ok {
+		return av
+	}
+	av, err := ast.InterfaceToValue(v)
+	if err != nil {
+		return nil
+	}
+	return av
+}

@@ -1,0 +1,128 @@
+package opa
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Review evaluates one admission-style review against every constraint
+// whose spec.match selects it, whatever its enforcement action: this is
+// what gator verify and Gatekeeper's audit do. Violations carry the
+// constraint's action at this enforcement point ("" when it is scoped to
+// other points only).
+func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, error) {
+	obj := req.Object
+	if obj == nil {
+		obj = req.OldObject
+	}
+	if obj == nil {
+		return nil, errors.New("review has neither object nor oldObject")
+	}
+	snap := e.snap.Load()
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open store transaction: %w", err)
+	}
+	defer e.store.Abort(ctx, txn)
+
+	gvk := req.Kind
+	if gvk.Kind == "" {
+		apiVersion, _ := obj["apiVersion"].(string)
+		kind, _ := obj["kind"].(string)
+		gvk = schema.FromAPIVersionAndKind(apiVersion, kind)
+	}
+	name, namespace, _ := objectMeta(obj)
+	if req.Name != "" {
+		name = req.Name
+	}
+	review := map[string]any{
+		"uid":       "",
+		"kind":      map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
+		"resource":  map[string]any{"group": req.Resource.Group, "version": req.Resource.Version, "resource": req.Resource.Resource},
+		"operation": req.Operation,
+		"userInfo":  map[string]any{},
+		"object":    req.Object,
+		"oldObject": req.OldObject,
+		"options":   nil,
+	}
+	if name != "" {
+		review["name"] = name
+	}
+	if req.Namespace != "" {
+		review["namespace"] = req.Namespace
+	}
+	if req.UserInfo != nil {
+		review["userInfo"] = req.UserInfo
+	}
+	for k, v := range req.Extra {
+		review[k] = v
+	}
+	review["namespaceObject"] = req.NamespaceObject
+	reviewValue, err := ast.InterfaceToValue(review)
+	if err != nil {
+		return nil, fmt.Errorf("convert review: %w", err)
+	}
+
+	var nsInfo *namespaceInfo
+	if req.NamespaceObject != nil {
+		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
+		nsInfo = &namespaceInfo{name: nsName, labels: nsLabels}
+	}
+	var targets []*matchable
+	for _, o := range []map[string]any{req.Object, req.OldObject} {
+		if o == nil {
+			continue
+		}
+		n, ns, labels := objectMeta(o)
+		if ns == "" {
+			ns = namespace
+		}
+		targets = append(targets, &matchable{gvk: gvk, name: n, namespace: ns, labels: labels, ns: nsInfo, source: "Original"})
+	}
+
+	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
+		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath))}
+	var out []Violation
+	for _, bc := range snap.constraints {
+		matched, matchErr := matchAny(bc.c.match, targets)
+		var res []result
+		switch {
+		case matchErr != nil:
+			res = []result{{msg: fmt.Sprintf("match error: %v", matchErr), err: true}}
+		case !matched:
+			continue
+		default:
+			res, _, err = r.evalOnce(bc, -1)
+			if err != nil {
+				return nil, err
+			}
+		}
+		for _, x := range res {
+			out = append(out, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err})
+		}
+	}
+	return out, nil
+}
+
+// matchAny is Gatekeeper's rule for requests with an object and an old
+// object: the constraint applies if either matches.
+func matchAny(m *matcher, targets []*matchable) (bool, error) {
+	var firstErr error
+	for _, t := range targets {
+		ok, err := m.matches(t)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, firstErr
+}

@@ -1,0 +1,93 @@
+package opa
+
+import (
+	"sort"
+	"time"
+)
+
+// Status describes every template and constraint the engine was given:
+// what is in force, what was refused and why.
+func (e *Engine) Status() Status {
+	snap := e.snap.Load()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := Status{Generation: snap.generation, Inventory: map[string]int{}}
+	for k, v := range e.invCounts {
+		s.Inventory[k] = v
+	}
+	for name, st := range e.templates {
+		ts := TemplateStatus{Name: name, Active: st.current != nil}
+		if st.err != nil {
+			ts.Error = st.err.Error()
+		}
+		if st.current != nil {
+			ts.Kind = st.current.kind
+			ts.ObservedGeneration = st.current.generation
+			if ct := snap.templates[st.current.kind]; ct != nil && ct.t == st.current {
+				ts.PerPod = ct.analysis.perPod()
+				ts.Memoised = !ct.analysis.nondeterministic && !e.opts.DisableMemo
+				ts.Reads = ct.analysis.describe()
+			}
+		}
+		s.Templates = append(s.Templates, ts)
+	}
+	bound := map[ConstraintKey]*boundConstraint{}
+	for _, bc := range snap.constraints {
+		if bc.c == e.constraints[bc.c.key].currentOrNil() {
+			bound[bc.c.key] = bc
+		}
+	}
+	for key, st := range e.constraints {
+		cs := ConstraintStatus{Kind: key.Kind, Name: key.Name}
+		if bc := bound[key]; bc != nil {
+			cs.Active = true
+			cs.PerPod = bc.analysis.perPod()
+			cs.Memoised = !bc.analysis.nondeterministic && !e.opts.DisableMemo
+			cs.Reads = bc.analysis.describe()
+		}
+		if st.err != nil {
+			cs.Error = st.err.Error()
+		}
+		if st.current != nil {
+			cs.Action = st.current.action
+			cs.ObservedGeneration = st.current.generation
+			if !cs.Active && cs.Error == "" {
+				cs.Error = "no ConstraintTemplate in force defines kind " + key.Kind
+			}
+		}
+		s.Constraints = append(s.Constraints, cs)
+	}
+	sort.Slice(s.Templates, func(i, j int) bool { return s.Templates[i].Name < s.Templates[j].Name })
+	sort.Slice(s.Constraints, func(i, j int) bool {
+		a, b := s.Constraints[i], s.Constraints[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return s
+}
+
+func (st *constraintState) currentOrNil() *constraint {
+	if st == nil {
+		return nil
+	}
+	return st.current
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := Stats{
+		Evaluations:      e.stats.evaluations.Load(),
+		MemoHits:         e.stats.memoHits.Load(),
+		MemoMisses:       e.stats.memoMisses.Load(),
+		EvalErrors:       e.stats.evalErrors.Load(),
+		CompileErrors:    e.stats.compileErrors.Load(),
+		ConstraintErrors: e.stats.constraintErrors.Load(),
+		PolicyGeneration: e.snap.Load().generation,
+	}
+	if ns := e.stats.lastApply.Load(); ns != 0 {
+		s.LastApply = time.Unix(0, ns)
+	}
+	return s
+}

@@ -1,0 +1,308 @@
+package opa
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// ErrInvalidTemplate marks a ConstraintTemplate Gatekeeper would refuse.
+var ErrInvalidTemplate = errors.New("invalid ConstraintTemplate")
+
+// kindPattern is what a CRD kind may look like; the kind becomes a Rego
+// package segment, so nothing else is let through.
+var kindPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+
+// template is a parsed, rewritten and isolated ConstraintTemplate.
+type template struct {
+	name       string
+	kind       string
+	generation int64
+	// modules are the rewritten template and libs, keyed by module id.
+	modules map[string]*ast.Module
+	// texts are the rewritten modules as source, for the store.
+	texts map[string][]byte
+	// schema is spec.crd.spec.validation.openAPIV3Schema (may be nil).
+	schema map[string]any
+	// source is the object as given, to compare versions.
+	resourceVersion string
+}
+
+// queryRef is where the template's violation rule lives once isolated.
+func (t *template) queryRef() ast.Ref { return templateRoot(t.kind).Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")) }
+
+// templateRoot is the private namespace of one template: data.templates[kind].
+func templateRoot(kind string) ast.Ref {
+	return ast.Ref{ast.DefaultRootDocument, ast.StringTerm("templates"), ast.StringTerm(kind)}
+}
+
+// regoSource is the Rego a template's single target carries.
+type regoSource struct {
+	rego    string
+	libs    []string
+	version ast.RegoVersion
+}
+
+// parseTemplate reads a ConstraintTemplate (v1, v1beta1 or v1alpha1: the
+// fields used here are the same) and produces its isolated modules.
+func parseTemplate(u *unstructured.Unstructured) (*template, error) {
+	name := u.GetName()
+	if name == "" {
+		return nil, fmt.Errorf("%w: metadata.name is empty", ErrInvalidTemplate)
+	}
+	kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind")
+	if kind == "" {
+		return nil, fmt.Errorf("%w: spec.crd.spec.names.kind is empty", ErrInvalidTemplate)
+	}
+	if !kindPattern.MatchString(kind) {
+		return nil, fmt.Errorf("%w: kind %q is not a valid CRD kind", ErrInvalidTemplate, kind)
+	}
+	// Gatekeeper requires the template's name to be its kind in lower case.
+	if name != strings.ToLower(kind) {
+		return nil, fmt.Errorf("%w: metadata.name %q must be the lower-case kind %q", ErrInvalidTemplate, name, strings.ToLower(kind))
+	}
+	src, err := templateRego(u)
+	if err != nil {
+		return nil, err
+	}
+	schema, _, _ := unstructured.NestedMap(u.Object, "spec", "crd", "spec", "validation", "openAPIV3Schema")
+	t := &template{
+		name:            name,
+		kind:            kind,
+		generation:      u.GetGeneration(),
+		modules:         map[string]*ast.Module{},
+		texts:           map[string][]byte{},
+		schema:          schema,
+		resourceVersion: u.GetResourceVersion(),
+	}
+	if err := t.addModules(src); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// templateRego picks the Rego of the template's only target: a non-empty
+// `rego` field (Rego v0) wins over a `code` entry of engine Rego, whose
+// source is Rego v1 only when it says version "v1".
+func templateRego(u *unstructured.Unstructured) (regoSource, error) {
+	targets, found, err := unstructured.NestedSlice(u.Object, "spec", "targets")
+	if err != nil {
+		return regoSource{}, fmt.Errorf("%w: spec.targets: %v", ErrInvalidTemplate, err)
+	}
+	if !found || len(targets) != 1 {
+		return regoSource{}, fmt.Errorf("%w: exactly one target is required, found %d", ErrInvalidTemplate, len(targets))
+	}
+	target, ok := targets[0].(map[string]any)
+	if !ok {
+		return regoSource{}, fmt.Errorf("%w: spec.targets[0] is not an object", ErrInvalidTemplate)
+	}
+	if name, _ := target["target"].(string); name != TargetName {
+		return regoSource{}, fmt.Errorf("%w: target %q is not supported (only %s)", ErrInvalidTemplate, name, TargetName)
+	}
+	if rego, _ := target["rego"].(string); strings.TrimSpace(rego) != "" {
+		libs, err := stringList(target["libs"], "spec.targets[0].libs")
+		if err != nil {
+			return regoSource{}, err
+		}
+		return regoSource{rego: rego, libs: libs, version: ast.RegoV0}, nil
+	}
+	codes, _ := target["code"].([]any)
+	for i, c := range codes {
+		code, ok := c.(map[string]any)
+		if !ok || code["engine"] != "Rego" {
+			continue
+		}
+		source, ok := code["source"].(map[string]any)
+		if !ok {
+			return regoSource{}, fmt.Errorf("%w: spec.targets[0].code[%d].source is not an object", ErrInvalidTemplate, i)
+		}
+		rego, _ := source["rego"].(string)
+		if strings.TrimSpace(rego) == "" {
+			return regoSource{}, fmt.Errorf("%w: spec.targets[0].code[%d].source.rego is empty", ErrInvalidTemplate, i)
+		}
+		libs, err := stringList(source["libs"], fmt.Sprintf("spec.targets[0].code[%d].source.libs", i))
+		if err != nil {
+			return regoSource{}, err
+		}
+		version := ast.RegoV0
+		if v, _ := source["version"].(string); v == "v1" {
+			version = ast.RegoV1
+		}
+		return regoSource{rego: rego, libs: libs, version: version}, nil
+	}
+	return regoSource{}, fmt.Errorf("%w: the target has no Rego (CEL-only templates are not supported by this engine)", ErrInvalidTemplate)
+}
+
+func stringList(v any, field string) ([]string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	items, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not a list", ErrInvalidTemplate, field)
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s[%d] is not a string", ErrInvalidTemplate, field, i)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// addModules parses, checks and isolates the template's Rego: its package
+// becomes data.templates[kind].template, its libs move from data.lib.* to
+// data.templates[kind].lib.*, and every data.lib reference follows them.
+func (t *template) addModules(src regoSource) error {
+	opts := ast.ParserOptions{RegoVersion: src.version, ProcessAnnotation: true}
+	root := templateRoot(t.kind)
+
+	entry, err := ast.ParseModuleWithOpts(t.name+"/template.rego", src.rego, opts)
+	if err != nil {
+		return fmt.Errorf("%w: parse rego: %v", ErrInvalidTemplate, err)
+	}
+	if entry == nil {
+		return fmt.Errorf("%w: rego is empty", ErrInvalidTemplate)
+	}
+	if !hasRule(entry, "violation") {
+		return fmt.Errorf("%w: rego has no violation rule", ErrInvalidTemplate)
+	}
+	if err := checkRefs(entry); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidTemplate, err)
+	}
+	entry.Package.Path = root.Append(ast.StringTerm("template"))
+	rewriteLibRefs(entry, root)
+	if err := t.putModule("template", entry, src.version); err != nil {
+		return err
+	}
+
+	for i, libSrc := range src.libs {
+		id := fmt.Sprintf("lib_%d", i)
+		lib, err := ast.ParseModuleWithOpts(t.name+"/"+id+".rego", libSrc, opts)
+		if err != nil {
+			return fmt.Errorf("%w: parse lib %d: %v", ErrInvalidTemplate, i, err)
+		}
+		if lib == nil {
+			return fmt.Errorf("%w: lib %d is empty", ErrInvalidTemplate, i)
+		}
+		if !isLibRef(lib.Package.Path) {
+			return fmt.Errorf("%w: lib %d: package %v must be under data.lib", ErrInvalidTemplate, i, lib.Package.Path)
+		}
+		if err := checkRefs(lib); err != nil {
+			return fmt.Errorf("%w: lib %d: %v", ErrInvalidTemplate, i, err)
+		}
+		lib.Package.Path = root.Concat(lib.Package.Path[1:])
+		rewriteLibRefs(lib, root)
+		if err := t.putModule(id, lib, src.version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *template) putModule(id string, m *ast.Module, version ast.RegoVersion) error {
+	path := "templates/" + t.name + "/" + id + ".rego"
+	text, err := format.AstWithOpts(m, format.Opts{RegoVersion: version, ParserOptions: &ast.ParserOptions{RegoVersion: version}})
+	if err != nil {
+		// The text only documents the module in the store; the compiled
+		// AST is what runs.
+		text = []byte(m.String())
+	}
+	t.modules[path] = m
+	t.texts[path] = text
+	return nil
+}
+
+func hasRule(m *ast.Module, name string) bool {
+	for _, r := range m.Rules {
+		if r.Head.Name.String() == name || (len(r.Head.Reference) > 0 && r.Head.Reference[0].Value.Compare(ast.Var(name)) == 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLibRef reports whether ref is data.lib or below it.
+func isLibRef(ref ast.Ref) bool {
+	return len(ref) >= 2 && ref[0].Equal(ast.DefaultRootDocument) && ref[1].Equal(ast.StringTerm("lib"))
+}
+
+func isInventoryRef(ref ast.Ref) bool {
+	return len(ref) >= 2 && ref[0].Equal(ast.DefaultRootDocument) && ref[1].Equal(ast.StringTerm("inventory"))
+}
+
+// checkRefs enforces Gatekeeper's rules: the only data a template may read
+// is data.lib.* and data.inventory; it may import only data.lib.*, future.*
+// and rego.v1.
+func checkRefs(m *ast.Module) error {
+	for _, imp := range m.Imports {
+		ref, ok := imp.Path.Value.(ast.Ref)
+		if !ok {
+			return fmt.Errorf("import %v is not a reference", imp.Path)
+		}
+		head := ref[0].Value.String()
+		switch {
+		case head == "future" || head == "rego":
+		case isLibRef(ref):
+		default:
+			return fmt.Errorf("import %v is not allowed: only data.lib.*, future.* and rego.v1 may be imported", imp.Path)
+		}
+	}
+	var errs []string
+	var visit func(x any) bool
+	visit = func(x any) bool {
+		switch v := x.(type) {
+		case ast.Ref:
+			if v[0].Equal(ast.DefaultRootDocument) && !isLibRef(v) && !isInventoryRef(v) {
+				errs = append(errs, fmt.Sprintf("reference %v is not allowed: only data.lib.* and data.inventory may be read", v))
+			}
+			for _, t := range v[1:] {
+				ast.NewGenericVisitor(visit).Walk(t)
+			}
+			return true
+		case ast.Var:
+			if v.Equal(ast.DefaultRootDocument.Value) {
+				errs = append(errs, "reading the whole data document is not allowed")
+			}
+		}
+		return false
+	}
+	for _, r := range m.Rules {
+		ast.NewGenericVisitor(visit).Walk(r)
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// rewriteLibRefs points every data.lib.* reference and import of m into the
+// template's own namespace.
+func rewriteLibRefs(m *ast.Module, root ast.Ref) {
+	move := func(ref ast.Ref) ast.Ref {
+		if !isLibRef(ref) {
+			return ref
+		}
+		return root.Concat(ref[1:])
+	}
+	for _, imp := range m.Imports {
+		if ref, ok := imp.Path.Value.(ast.Ref); ok && isLibRef(ref) {
+			imp.Path = ast.NewTerm(move(ref))
+		}
+	}
+	for _, r := range m.Rules {
+		ast.WalkTerms(r, func(t *ast.Term) bool {
+			if ref, ok := t.Value.(ast.Ref); ok && isLibRef(ref) {
+				t.Value = move(ref)
+			}
+			return false
+		})
+	}
+}
