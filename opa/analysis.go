@@ -52,6 +52,9 @@ type origin struct {
 	// is somewhere below path (an element, a key), in which case path was
 	// recorded as read when the variable was bound.
 	exact bool
+	// below counts the levels under path that every read through an
+	// inexact origin reaches at least (spec[field][_] is 2 below spec).
+	below int
 }
 
 func (o origin) extend(ts ...*ast.Term) origin {
@@ -65,6 +68,10 @@ func (o origin) extend(ts ...*ast.Term) origin {
 		}
 		return origin{root: rootConst, value: t.Value, exact: o.exact}
 	}
+	if !o.exact {
+		o.below += len(ts)
+		return o
+	}
 	p := make([]*ast.Term, 0, len(o.path)+len(ts))
 	p = append(p, o.path...)
 	p = append(p, ts...)
@@ -73,35 +80,27 @@ func (o origin) extend(ts ...*ast.Term) origin {
 
 // analysis is what a template can read.
 type analysis struct {
-	inputPaths       [][]*ast.Term
-	nodePaths        [][]*ast.Term
+	inputPaths [][]*ast.Term
+	nodePaths  [][]*ast.Term
+	// nodeExists are node paths only tested for truth (`node.x` alone as
+	// an expression): the key holds whether they are defined and not
+	// false, not their value.
+	nodeExists       [][]*ast.Term
 	inventoryOther   bool
 	nondeterministic bool
+	// nodeNameObserved: the verdict can depend on the candidate's name
+	// itself, not only on the Node object found under it.
+	nodeNameObserved bool
 }
 
 // perPod reports whether the template cannot see which node is the candidate.
 func (a *analysis) perPod() bool {
-	if len(a.nodePaths) > 0 {
-		return false
-	}
-	for _, p := range a.inputPaths {
-		if prefixRelated(p, nodeNamePath) {
-			return false
-		}
-	}
-	return true
+	return len(a.nodePaths) == 0 && len(a.nodeExists) == 0 && !a.nodeNameObserved
 }
 
 // readsNodeName reports whether the verdict can depend on the node's name
 // itself (not only on the Node object found under it).
-func (a *analysis) readsNodeName() bool {
-	for _, p := range a.inputPaths {
-		if prefixRelated(p, nodeNamePath) {
-			return true
-		}
-	}
-	return false
-}
+func (a *analysis) readsNodeName() bool { return a.nodeNameObserved }
 
 func (a *analysis) describe() []string {
 	var out []string
@@ -110,6 +109,9 @@ func (a *analysis) describe() []string {
 	}
 	for _, p := range a.nodePaths {
 		out = append(out, "node"+pathString(p))
+	}
+	for _, p := range a.nodeExists {
+		out = append(out, "node"+pathString(p)+" (defined)")
 	}
 	if a.inventoryOther {
 		out = append(out, "data.inventory (any change)")
@@ -129,6 +131,20 @@ func pathString(p []*ast.Term) string {
 	return b.String()
 }
 
+// observes reports whether a read through o can see the value at target.
+// A read that goes deeper than target through a non-ground key cannot:
+// target (the node name) is a string, and indexing a string is undefined,
+// so input.review.object.spec[field][_] never sees spec.nodeName.
+func observes(o origin, target []*ast.Term) bool {
+	if !prefixRelated(o.path, target) {
+		return false
+	}
+	if !o.exact && len(o.path) < len(target) && o.below > len(target)-len(o.path) {
+		return false
+	}
+	return true
+}
+
 func prefixRelated(a, b []*ast.Term) bool {
 	n := min(len(a), len(b))
 	for i := 0; i < n; i++ {
@@ -144,6 +160,9 @@ type analyzer struct {
 	compiler *ast.Compiler
 	root     ast.Ref
 	reads    map[root][][]*ast.Term
+	// observesNodeName: some read can see input.review.object.spec.nodeName.
+	observesNodeName bool
+	exists   map[root][][]*ast.Term
 	inv      bool
 	nondet   bool
 	// active guards against recursion through functions.
@@ -159,15 +178,26 @@ type analyzer struct {
 const maxCallDepth = 8
 
 func analyzeTemplate(c *ast.Compiler, rules []*ast.Rule, base ast.Ref, params ast.Value) *analysis {
-	z := &analyzer{compiler: c, root: base, reads: map[root][][]*ast.Term{}, active: map[*ast.Rule]int{}, params: params, consts: map[string]*origin{}}
+	z := &analyzer{compiler: c, root: base, reads: map[root][][]*ast.Term{}, exists: map[root][][]*ast.Term{}, active: map[*ast.Rule]int{}, params: params, consts: map[string]*origin{}}
 	for _, r := range rules {
 		for x := r; x != nil; x = x.Else {
 			z.rule(x, map[ast.Var]origin{}, 0)
 		}
 	}
-	a := &analysis{inventoryOther: z.inv, nondeterministic: z.nondet}
-	a.inputPaths = minimizePaths(z.reads[rootInput])
-	a.nodePaths = minimizePaths(z.reads[rootNode])
+	a := &analysis{inventoryOther: z.inv, nondeterministic: z.nondet, nodeNameObserved: z.observesNodeName}
+	a.inputPaths = minimizePaths(z.reads[rootInput], true)
+	a.nodePaths = minimizePaths(z.reads[rootNode], false)
+	for _, p := range minimizePaths(z.exists[rootNode], false) {
+		covered := false
+		for _, q := range a.nodePaths {
+			if len(q) <= len(p) && prefixRelated(q, p) {
+				covered = true
+			}
+		}
+		if !covered {
+			a.nodeExists = append(a.nodeExists, p)
+		}
+	}
 	return a
 }
 
@@ -175,10 +205,10 @@ func analyzeTemplate(c *ast.Compiler, rules []*ast.Rule, base ast.Ref, params as
 // sorts the rest so that keys are built in a stable order. A read of the
 // whole input becomes a read of input.review: parameters are constant
 // for a constraint, and the memo is per constraint.
-func minimizePaths(paths [][]*ast.Term) [][]*ast.Term {
+func minimizePaths(paths [][]*ast.Term, input bool) [][]*ast.Term {
 	var clean [][]*ast.Term
 	for _, p := range paths {
-		if len(p) == 0 {
+		if len(p) == 0 && input {
 			p = []*ast.Term{ast.StringTerm("review")}
 		}
 		clean = append(clean, p)
@@ -206,6 +236,9 @@ func (z *analyzer) read(o origin) {
 		return
 	}
 	z.reads[o.root] = append(z.reads[o.root], o.path)
+	if o.root == rootInput && observes(o, nodeNamePath) {
+		z.observesNodeName = true
+	}
 }
 
 // rule analyses one rule with its variables bound as in env (function
@@ -257,6 +290,14 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 	if e.IsCall() {
 		z.call(e.Operator(), e.Operands(), env, seen, depth)
 		return
+	}
+	if t, ok := e.Terms.(*ast.Term); ok && len(e.With) == 0 {
+		// A lone term is a truth test: for a node path, whether it is
+		// defined and not false is all the verdict can depend on.
+		if o, ok := z.resolve(t, env, depth); ok && o.root == rootNode && o.exact {
+			z.exists[rootNode] = append(z.exists[rootNode], o.path)
+			return
+		}
 	}
 	z.walk(e, env, depth)
 }
@@ -340,6 +381,7 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 				}
 				o := base.extend(rest[:i]...)
 				o.exact = false
+				o.below += len(rest) - i
 				return o, true
 			}
 		}
@@ -375,6 +417,19 @@ func (z *analyzer) substituteConsts(path []*ast.Term, env map[ast.Var]origin) []
 		return path
 	}
 	return out
+}
+
+// substituteTerm replaces constant variables inside an array literal
+// (object.get's path argument).
+func (z *analyzer) substituteTerm(t *ast.Term, env map[ast.Var]origin) *ast.Term {
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		return t
+	}
+	items := make([]*ast.Term, 0, arr.Len())
+	arr.Foreach(func(x *ast.Term) { items = append(items, x) })
+	items = z.substituteConsts(items, env)
+	return ast.ArrayTerm(items...)
 }
 
 // constRule gives the constant value of a complete rule of the template
@@ -438,7 +493,7 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		}
 		if name == ast.ObjectGet.Name && len(args) == 4 {
 			if o, ok := z.resolve(args[0], env, depth); ok && o.exact {
-				if key, ok := constantPath(args[1]); ok {
+				if key, ok := constantPath(z.substituteTerm(args[1], env)); ok {
 					z.walk(args[2], env, depth)
 					if o.root == rootConst {
 						c := o.extend(key...)

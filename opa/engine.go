@@ -105,9 +105,10 @@ type compiledTemplate struct {
 }
 
 type boundConstraint struct {
-	c    *constraint
-	tmpl *compiledTemplate
-	memo *memo
+	c       *constraint
+	tmpl    *compiledTemplate
+	memo    *memo
+	classes *nodeClasses
 	// analysis is the template's with this constraint's parameters known.
 	analysis *analysis
 	// keyInputPaths are the input paths of the memo key (parameters are
@@ -116,7 +117,7 @@ type boundConstraint struct {
 }
 
 func bind(c *constraint, ct *compiledTemplate, m *memo) *boundConstraint {
-	bc := &boundConstraint{c: c, tmpl: ct, memo: m}
+	bc := &boundConstraint{c: c, tmpl: ct, memo: m, classes: newNodeClasses()}
 	bc.analysis = analyzeTemplate(ct.compiler, ct.rules, templateRoot(ct.t.kind), c.parameters)
 	for _, p := range bc.analysis.inputPaths {
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {

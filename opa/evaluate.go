@@ -78,6 +78,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	r.podReview = ast.NewTerm(podReview(podObj, name, namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm))
 	r.slots = make([]nodeSlot, len(req.Candidates))
+	inventoryNodes, _ := e.readValue(ctx, txn, nodeGV).(ast.Object)
 	for i, c := range req.Candidates {
 		r.slots[i].name = c.Name
 		if c.Object != nil {
@@ -85,10 +86,17 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 			if err != nil {
 				return nil, fmt.Errorf("convert node %s: %w", c.Name, err)
 			}
+			if _, ok := v.(ast.Object); !ok {
+				return nil, fmt.Errorf("node %s is not an object", c.Name)
+			}
 			r.slots[i].value = v
 			r.override = true
-		} else {
-			r.slots[i].value = e.readValue(ctx, txn, append(nodeGV[:len(nodeGV):len(nodeGV)], c.Name))
+		} else if inventoryNodes != nil {
+			if t := inventoryNodes.Get(ast.StringTerm(c.Name)); t != nil {
+				if _, ok := t.Value.(ast.Object); ok {
+					r.slots[i].value = t.Value
+				}
+			}
 		}
 	}
 	if r.override {
@@ -170,9 +178,10 @@ func (r *request) nodeReview(i int) *ast.Term {
 
 func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 	a := bc.analysis
+	memoOK := r.memoOK(bc)
 	if a.perPod() {
 		start := time.Now()
-		res, hit, err := r.evalOnce(bc, -1)
+		res, hit, err := r.evalPod(bc, memoOK)
 		if err != nil {
 			return err
 		}
@@ -184,18 +193,47 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		}
 		return nil
 	}
+	var entry *podEntry
+	if memoOK && !a.readsNodeName() {
+		entry = bc.memo.entry(r.podKey(bc, r.podReview))
+	}
+	readsNode := len(a.nodePaths) > 0 || len(a.nodeExists) > 0
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
 		}
 		start := time.Now()
-		res, hit, err := r.evalOnce(bc, i)
+		e := entry
+		if memoOK && e == nil {
+			e = bc.memo.entry(r.podKey(bc, r.nodeReview(i)))
+		}
+		class := 0
+		if e != nil && readsNode {
+			class = bc.classes.of(r.slots[i].value, bc.project)
+		}
+		if e != nil {
+			if res, ok := e.get(class); ok {
+				r.e.stats.memoHits.Add(1)
+				r.record(&p.Nodes[i], bc, res, true, false, time.Since(start))
+				continue
+			}
+			r.e.stats.memoMisses.Add(1)
+		}
+		res, err := r.eval(bc, r.nodeReview(i), true)
 		if err != nil {
 			return err
 		}
-		r.record(&p.Nodes[i], bc, res, hit, false, time.Since(start))
+		if e != nil && !hasError(res) {
+			e.put(class, res)
+		}
+		r.record(&p.Nodes[i], bc, res, false, false, time.Since(start))
 	}
 	return nil
+}
+
+func (r *request) memoOK(bc *boundConstraint) bool {
+	a := bc.analysis
+	return !r.e.opts.DisableMemo && !a.nondeterministic && !(r.override && a.inventoryOther)
 }
 
 func (r *request) record(v *NodeVerdict, bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) {
@@ -211,68 +249,81 @@ func (r *request) record(v *NodeVerdict, bc *boundConstraint, res []result, hit,
 	}
 }
 
-// evalOnce evaluates one constraint for node slot i (-1: the pod alone),
-// through the memo when the template allows it. Evaluation errors become
-// violations (fail closed); only a cancelled request returns an error.
-func (r *request) evalOnce(bc *boundConstraint, i int) ([]result, bool, error) {
-	ct := bc.tmpl
-	a := bc.analysis
-	useOverride := r.override && (a.inventoryOther || i >= 0)
-	memoOK := !r.e.opts.DisableMemo && !a.nondeterministic && !(r.override && a.inventoryOther)
-
-	review := r.podReview
-	if i >= 0 && a.readsNodeName() {
-		review = r.nodeReview(i)
+// podKey is the pod's part of a memo key: the values at the input paths
+// the template reads, and the inventory generation if it reads more of
+// the inventory than the candidate node.
+func (r *request) podKey(bc *boundConstraint, review *ast.Term) *ast.Array {
+	terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+1)
+	for _, path := range bc.keyInputPaths {
+		terms = append(terms, lookupInput(review, path))
 	}
-	var key *ast.Array
+	if bc.analysis.inventoryOther {
+		terms = append(terms, r.invGen)
+	}
+	return ast.NewArray(terms...)
+}
+
+// project is a node's part of a memo key: the values at the node paths
+// the template reads, and whether the paths it only tests are true.
+func (bc *boundConstraint) project(node ast.Value) *ast.Array {
+	a := bc.analysis
+	terms := make([]*ast.Term, 0, len(a.nodePaths)+len(a.nodeExists))
+	for _, path := range a.nodePaths {
+		terms = append(terms, lookup(node, path))
+	}
+	for _, path := range a.nodeExists {
+		terms = append(terms, ast.InternedTerm(truthy(lookup(node, path))))
+	}
+	return ast.NewArray(terms...)
+}
+
+// evalPod evaluates a template that cannot see the node, once per pod.
+func (r *request) evalPod(bc *boundConstraint, memoOK bool) ([]result, bool, error) {
+	var e *podEntry
 	if memoOK {
-		terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+len(a.nodePaths)+1)
-		for _, path := range bc.keyInputPaths {
-			terms = append(terms, lookupInput(review, path))
-		}
-		if i >= 0 {
-			for _, path := range a.nodePaths {
-				terms = append(terms, lookup(r.slots[i].value, path))
-			}
-		}
-		if a.inventoryOther {
-			terms = append(terms, r.invGen)
-		}
-		key = ast.NewArray(terms...)
-		if res, ok := bc.memo.get(key); ok {
+		e = bc.memo.entry(r.podKey(bc, r.podReview))
+		if res, ok := e.get(0); ok {
 			r.e.stats.memoHits.Add(1)
 			return res, true, nil
 		}
 		r.e.stats.memoMisses.Add(1)
 	}
-	if i >= 0 && review == r.podReview {
-		review = r.nodeReview(i)
+	res, err := r.eval(bc, r.podReview, false)
+	if err != nil {
+		return nil, false, err
 	}
+	if e != nil && !hasError(res) {
+		e.put(0, res)
+	}
+	return res, false, nil
+}
+
+// eval runs the template's query on one review. Evaluation errors become
+// violations (fail closed); only a cancelled request returns an error.
+func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]result, error) {
 	if err := r.ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("evaluation stopped: %w", err)
+		return nil, fmt.Errorf("evaluation stopped: %w", err)
 	}
 	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.c.parameters)))
-	query := ct.query
-	if useOverride {
+	query := bc.tmpl.query
+	if r.override && (bc.analysis.inventoryOther || perNode) {
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, r.nodes))
-		query = ct.overrideQuery
+		query = bc.tmpl.overrideQuery
 	}
 	r.e.stats.evaluations.Add(1)
 	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
 	if err != nil {
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
-			return nil, false, fmt.Errorf("evaluation of %s stopped: %w", bc.c.key, ctxErr)
+			return nil, fmt.Errorf("evaluation of %s stopped: %w", bc.c.key, ctxErr)
 		}
 		r.e.stats.evalErrors.Add(1)
-		return []result{{msg: err.Error(), err: true}}, false, nil
+		return []result{{msg: err.Error(), err: true}}, nil
 	}
 	res := toResults(rs)
 	if hasError(res) {
 		r.e.stats.evalErrors.Add(1)
-	} else if memoOK {
-		bc.memo.put(key, res)
 	}
-	return res, false, nil
+	return res, nil
 }
 
 func hasError(res []result) bool {
@@ -343,6 +394,10 @@ func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
 		return undefinedTerm
 	}
 	return lookup(review.Value, path[1:])
+}
+
+func truthy(t *ast.Term) bool {
+	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
 }
 
 func lookup(v ast.Value, path []*ast.Term) *ast.Term {

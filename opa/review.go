@@ -96,7 +96,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		case !matched:
 			continue
 		default:
-			res, _, err = r.evalOnce(bc, -1)
+			res, _, err = r.evalPod(bc, r.memoOK(bc))
 			if err != nil {
 				return nil, err
 			}

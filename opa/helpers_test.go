@@ -1,0 +1,122 @@
+package opa_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+)
+
+// newEngine starts an engine and loads the given files or folders (as the
+// folder source would).
+func newEngine(t testing.TB, opts opa.Options, paths ...string) *opa.Engine {
+	t.Helper()
+	ctx := context.Background()
+	e, err := opa.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(ctx) })
+	for _, p := range paths {
+		apply(t, e, load(t, p)...)
+	}
+	return e
+}
+
+func load(t testing.TB, path string) []*unstructured.Unstructured {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.IsDir() {
+		objs, err := source.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	var out []*unstructured.Unstructured
+	err = filepath.Walk(path, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() && fi.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if fi.IsDir() || filepath.Ext(p) != ".yaml" || fi.Name() == "suite.yaml" {
+			return nil
+		}
+		objs, err := source.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, objs...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func apply(t testing.TB, e *opa.Engine, objs ...*unstructured.Unstructured) {
+	t.Helper()
+	changes := make([]opa.Change, len(objs))
+	for i, o := range objs {
+		changes[i] = opa.Change{Object: o}
+	}
+	if errs := e.Apply(context.Background(), changes); len(errs) > 0 {
+		t.Fatalf("apply: %v", errs)
+	}
+}
+
+func node(name string, labels map[string]string) *unstructured.Unstructured {
+	l := map[string]any{"kubernetes.io/hostname": name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Node",
+		"metadata": map[string]any{"name": name, "labels": l},
+	}}
+}
+
+func namespace(name string, labels map[string]string) *unstructured.Unstructured {
+	l := map[string]any{}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": name, "labels": l},
+	}}
+}
+
+func pod(ns, name string, mutate ...func(map[string]any)) map[string]any {
+	p := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "uid": "uid-" + name},
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx:1.27"}}},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func spec(p map[string]any) map[string]any { return p["spec"].(map[string]any) }
+
+func names(prefix string, n int) []opa.Candidate {
+	out := make([]opa.Candidate, n)
+	for i := range out {
+		out[i] = opa.Candidate{Name: fmt.Sprintf("%s-%d", prefix, i)}
+	}
+	return out
+}
