@@ -162,9 +162,9 @@ type analyzer struct {
 	reads    map[root][][]*ast.Term
 	// observesNodeName: some read can see input.review.object.spec.nodeName.
 	observesNodeName bool
-	exists   map[root][][]*ast.Term
-	inv      bool
-	nondet   bool
+	exists           map[root][][]*ast.Term
+	inv              bool
+	nondet           bool
 	// active guards against recursion through functions.
 	active map[*ast.Rule]int
 	// params are the constraint's parameters: references into them, and

@@ -69,8 +69,8 @@ type Engine struct {
 
 	stats struct {
 		evaluations, memoHits, memoMisses, evalErrors atomic.Uint64
-		compileErrors, constraintErrors            atomic.Uint64
-		lastApply                                  atomic.Int64
+		compileErrors, constraintErrors               atomic.Uint64
+		lastApply                                     atomic.Int64
 	}
 }
 

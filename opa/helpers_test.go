@@ -103,7 +103,7 @@ func pod(ns, name string, mutate ...func(map[string]any)) map[string]any {
 	p := map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": ns, "uid": "uid-" + name},
-		"spec": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx:1.27"}}},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx:1.27"}}},
 	}
 	for _, m := range mutate {
 		m(p)

@@ -34,7 +34,9 @@ type template struct {
 }
 
 // queryRef is where the template's violation rule lives once isolated.
-func (t *template) queryRef() ast.Ref { return templateRoot(t.kind).Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")) }
+func (t *template) queryRef() ast.Ref {
+	return templateRoot(t.kind).Append(ast.StringTerm("template")).Append(ast.StringTerm("violation"))
+}
 
 // templateRoot is the private namespace of one template: data.templates[kind].
 func templateRoot(kind string) ast.Ref {

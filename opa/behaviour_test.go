@@ -1,0 +1,316 @@
+package opa_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+func obj(t testing.TB, y string) *unstructured.Unstructured {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(y), &m); err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func regoTemplate(t testing.TB, kind, rego string) *unstructured.Unstructured {
+	t.Helper()
+	u := obj(t, `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata:
+  name: `+strings.ToLower(kind)+`
+spec:
+  crd:
+    spec:
+      names:
+        kind: `+kind+`
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+`)
+	targets := u.Object["spec"].(map[string]any)["targets"].([]any)
+	targets[0].(map[string]any)["rego"] = rego
+	return u
+}
+
+func constraintObj(t testing.TB, kind, name string, params map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	u := obj(t, `
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: `+kind+`
+metadata:
+  name: `+name+`
+spec:
+  match:
+    kinds: [{apiGroups: [""], kinds: ["Pod"]}]
+`)
+	if params != nil {
+		u.Object["spec"].(map[string]any)["parameters"] = params
+	}
+	return u
+}
+
+const nodeLabelRego = `package nodelabel
+violation[{"msg": msg}] {
+  node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+  not node.metadata.labels[input.parameters.key] == input.parameters.value
+  msg := sprintf("node lacks %v=%v", [input.parameters.key, input.parameters.value])
+}`
+
+func verdicts(t testing.TB, e *opa.Engine, p map[string]any, cands []opa.Candidate) []string {
+	t.Helper()
+	res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(res.Nodes))
+	for i, v := range res.Nodes {
+		var msgs []string
+		for _, x := range v.Violations {
+			msgs = append(msgs, fmt.Sprintf("%s:%s:%s", x.Constraint.Name, x.Action, x.Message))
+		}
+		out[i] = fmt.Sprintf("%s unknown=%v %s", v.Name, v.Unknown, strings.Join(msgs, "|"))
+	}
+	return out
+}
+
+func TestBrokenTemplateKeepsPreviousVersion(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	ctx := context.Background()
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego), constraintObj(t, "K8sNodeLabel", "need-ssd", map[string]any{"key": "disk", "value": "ssd"}),
+		node("n1", map[string]string{"disk": "ssd"}), node("n2", nil))
+	before := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}, {Name: "n2"}})
+	gen := e.Status().Generation
+
+	broken := regoTemplate(t, "K8sNodeLabel", "package nodelabel\nviolation[{\"msg\": m}] { m := }")
+	errs := e.Apply(ctx, []opa.Change{{Object: broken}})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "k8snodelabel") {
+		t.Fatalf("errors = %v, want one naming the template", errs)
+	}
+	if after := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}, {Name: "n2"}}); !reflect.DeepEqual(before, after) {
+		t.Errorf("verdicts changed after a broken update:\n%v\n%v", before, after)
+	}
+	st := e.Status()
+	if st.Generation != gen {
+		t.Errorf("generation moved from %d to %d on a refused change", gen, st.Generation)
+	}
+	if len(st.Templates) != 1 || !st.Templates[0].Active || !strings.Contains(st.Templates[0].Error, "parse rego") {
+		t.Errorf("template status = %+v", st.Templates)
+	}
+	if e.Stats().CompileErrors != 1 {
+		t.Errorf("compile errors = %d", e.Stats().CompileErrors)
+	}
+	// A good version clears the error.
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego+"\n# v3"))
+	if st := e.Status(); st.Templates[0].Error != "" || st.Generation == gen {
+		t.Errorf("status after fix = %+v", st)
+	}
+}
+
+func TestConstraintWaitsForItsTemplate(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	apply(t, e, constraintObj(t, "K8sNodeLabel", "need-ssd", map[string]any{"key": "disk", "value": "ssd"}), node("n1", nil))
+	st := e.Status()
+	if len(st.Constraints) != 1 || st.Constraints[0].Active || !strings.Contains(st.Constraints[0].Error, "no ConstraintTemplate") {
+		t.Fatalf("constraint status = %+v", st.Constraints)
+	}
+	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); strings.Contains(v[0], "need-ssd") {
+		t.Fatalf("inactive constraint was enforced: %v", v)
+	}
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego))
+	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); !strings.Contains(v[0], "need-ssd:deny:node lacks disk=ssd") {
+		t.Fatalf("verdict = %v", v)
+	}
+	// Deleting the template deactivates the constraint again.
+	ref := opa.ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: opa.TemplateGroup, Version: "v1", Kind: "ConstraintTemplate"}, Name: "k8snodelabel"}
+	if errs := e.Apply(context.Background(), []opa.Change{{Delete: &ref}}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); strings.Contains(v[0], "need-ssd") {
+		t.Fatalf("constraint of a deleted template was enforced: %v", v)
+	}
+}
+
+func TestEvaluationErrorsFailClosed(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	apply(t, e,
+		regoTemplate(t, "K8sConflict", "package c\nr := 1 { true }\nr := 2 { true }\nviolation[{\"msg\": \"never\"}] { r == 3 }"),
+		constraintObj(t, "K8sConflict", "conflict", nil),
+		regoTemplate(t, "K8sBadMsg", "package b\nviolation[{\"msg\": 42}] { true }"),
+		constraintObj(t, "K8sBadMsg", "bad-msg", nil),
+		regoTemplate(t, "K8sNoMsg", "package n\nviolation[{\"text\": \"dropped\"}] { true }\nviolation[{\"msg\": \"kept\"}] { true }"),
+		constraintObj(t, "K8sNoMsg", "no-msg", nil),
+		node("n1", nil))
+	res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "p"), Candidates: []opa.Candidate{{Name: "n1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]opa.Violation{}
+	for _, v := range res.Nodes[0].Violations {
+		got[v.Constraint.Name] = v
+	}
+	if v := got["conflict"]; !v.Error || !strings.Contains(v.Message, "conflict") {
+		t.Errorf("conflict: %+v", v)
+	}
+	if v := got["bad-msg"]; !v.Error || !strings.Contains(v.Message, "msg is") {
+		t.Errorf("bad-msg: %+v", v)
+	}
+	if v := got["no-msg"]; v.Error || v.Message != "kept" || string(v.Details) != "{}" {
+		t.Errorf("no-msg: %+v", v)
+	}
+	if !res.Nodes[0].Denied() {
+		t.Error("node with evaluation errors is not denied")
+	}
+}
+
+func TestDeadlineStopsSlowTemplate(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	slow := `package slow
+violation[{"msg": "slow"}] {
+  count([x | numbers.range(1, 100000000)[x]; x % 7 == 0]) > 0
+}`
+	apply(t, e, regoTemplate(t, "K8sSlow", slow), constraintObj(t, "K8sSlow", "slow", nil), node("n1", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("default", "p"), Candidates: []opa.Candidate{{Name: "n1"}}})
+	if err == nil || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("error = %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("evaluation took %v after a 100ms deadline", d)
+	}
+}
+
+func TestRequestNodesOverrideInventory(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego), constraintObj(t, "K8sNodeLabel", "need-ssd", map[string]any{"key": "disk", "value": "ssd"}),
+		node("n1", nil))
+	// Inventory says n1 has no ssd; the request's node object says it has.
+	withSSD := node("n1", map[string]string{"disk": "ssd"}).Object
+	v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1", Object: withSSD}, {Name: "n9", Object: node("n9", nil).Object}})
+	if strings.Contains(v[0], "need-ssd") {
+		t.Errorf("request node ignored: %v", v)
+	}
+	if !strings.Contains(v[1], "need-ssd") || strings.Contains(v[1], "unknown=true") {
+		t.Errorf("node given only in the request: %v", v)
+	}
+}
+
+// The memo must never change a verdict: random pods and nodes, with the
+// inventory changing between rounds, judged with and without it.
+func TestMemoNeverChangesVerdicts(t *testing.T) {
+	memo := newEngine(t, opa.Options{}, examples)
+	plain := newEngine(t, opa.Options{DisableMemo: true}, examples)
+	rng := rand.New(rand.NewSource(1))
+	labelSets := []map[string]string{
+		{}, {"tenant": "alpha"}, {"tenant": "beta"}, {"node.kubernetes.io/lifecycle": "spot"},
+		{"node.example.com/privileged-pods": "allowed"}, {"topology.kubernetes.io/zone": "zone-a"}, {"topology.kubernetes.io/zone": "zone-b", "tenant": "alpha"},
+	}
+	nss := []string{"alpha", "beta", "default", "nolabels"}
+	var cands []opa.Candidate
+	for i := 0; i < 30; i++ {
+		cands = append(cands, opa.Candidate{Name: fmt.Sprintf("r-%d", i)})
+	}
+	cands = append(cands, opa.Candidate{Name: "missing"})
+	for round := 0; round < 6; round++ {
+		var objs []*unstructured.Unstructured
+		for i := 0; i < 30; i++ {
+			objs = append(objs, node(fmt.Sprintf("r-%d", i), labelSets[rng.Intn(len(labelSets))]))
+		}
+		objs = append(objs, namespace("nolabels", nil), namespace("alpha", map[string]string{"tenant": []string{"alpha", "beta"}[round%2]}))
+		apply(t, memo, objs...)
+		apply(t, plain, objs...)
+		for i := 0; i < 25; i++ {
+			p := pod(nss[rng.Intn(len(nss))], fmt.Sprintf("p-%d-%d", round, i), func(p map[string]any) {
+				if rng.Intn(2) == 0 {
+					spec(p)["tolerations"] = []any{map[string]any{"key": "spot", "operator": "Exists"}}
+				}
+				if rng.Intn(3) == 0 {
+					spec(p)["hostNetwork"] = true
+				}
+				if rng.Intn(2) == 0 {
+					p["metadata"].(map[string]any)["labels"] = map[string]any{"prefer-zone": "a"}
+				}
+			})
+			a, b := verdicts(t, memo, p, cands), verdicts(t, plain, p, cands)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("round %d pod %d: memo and plain disagree\nmemo:  %v\nplain: %v", round, i, a, b)
+			}
+		}
+	}
+	if s := memo.Stats(); s.MemoHits == 0 {
+		t.Errorf("memo never hit: %+v", s)
+	}
+}
+
+// Evaluations run while templates, constraints and nodes change; -race
+// checks the request path, and every answer must be one a consistent
+// policy set gives.
+func TestConcurrentEvaluationWhilePoliciesChange(t *testing.T) {
+	e := newEngine(t, opa.Options{}, examples)
+	ctx := context.Background()
+	cands := names("c", 40)
+	var objs []*unstructured.Unstructured
+	for i := range cands {
+		objs = append(objs, node(cands[i].Name, map[string]string{"tenant": []string{"alpha", "beta", ""}[i%3]}))
+	}
+	apply(t, e, objs...)
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				p := pod([]string{"alpha", "default"}[i%2], fmt.Sprintf("w%d-%d", w, i))
+				res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: p, Candidates: cands})
+				if err != nil {
+					errc <- err
+					return
+				}
+				for _, v := range res.Nodes {
+					for _, x := range v.Violations {
+						if x.Error {
+							errc <- fmt.Errorf("evaluation error during churn: %s", x.Message)
+							return
+						}
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; time.Now().Before(deadline); i++ {
+			tmpl := regoTemplate(t, "K8sNodeLabel", nodeLabelRego+fmt.Sprintf("\n# revision %d", i))
+			cons := constraintObj(t, "K8sNodeLabel", "churn", map[string]any{"key": "tenant", "value": fmt.Sprint(i % 2)})
+			n := node(cands[i%len(cands)].Name, map[string]string{"tenant": []string{"alpha", "beta"}[i%2]})
+			if errs := e.Apply(ctx, []opa.Change{{Object: tmpl}, {Object: cons}, {Object: n}}); len(errs) > 0 {
+				errc <- fmt.Errorf("apply: %v", errs)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,164 @@
+package source
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// recorder is a fake engine: it keeps the objects it was given.
+type recorder struct {
+	mu      sync.Mutex
+	objects map[string]string // "Kind/name" -> label "v"
+	batches int
+}
+
+func (r *recorder) Apply(_ context.Context, changes []opa.Change) []*opa.ApplyError {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches++
+	for _, c := range changes {
+		if c.Object != nil {
+			r.objects[c.Object.GetKind()+"/"+c.Object.GetName()] = c.Object.GetLabels()["v"]
+		} else {
+			delete(r.objects, c.Delete.GroupVersionKind.Kind+"/"+c.Delete.Name)
+		}
+	}
+	return nil
+}
+
+func (r *recorder) keys() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []string
+	for k, v := range r.objects {
+		ks = append(ks, k+"="+v)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ",")
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Make sure the scan sees a new modification time.
+	future := time.Now().Add(time.Duration(len(content)) * time.Millisecond)
+	_ = os.Chtimes(path, future, future)
+}
+
+func nodeYAML(name, v string) string {
+	return "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + name + "\n  labels: {v: \"" + v + "\"}\n"
+}
+
+func TestDirSync(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{objects: map[string]string{}}
+	d := NewDir(dir, rec, DirOptions{})
+	ctx := context.Background()
+
+	write(t, filepath.Join(dir, "nodes.yaml"), nodeYAML("a", "1")+"---\n"+nodeYAML("b", "1"))
+	write(t, filepath.Join(dir, "sub", "more.yml"), nodeYAML("c", "1"))
+	write(t, filepath.Join(dir, "testdata", "ignored.yaml"), nodeYAML("fixture", "1"))
+	write(t, filepath.Join(dir, "suite.yaml"), "kind: Suite\napiVersion: test.gatekeeper.sh/v1alpha1\nmetadata: {name: s}\ntests: []\n")
+	write(t, filepath.Join(dir, ".swap.yaml"), "garbage: [")
+	if ok, _ := d.Ready(); ok {
+		t.Fatal("ready before the first scan")
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=1,Node/b=1,Node/c=1" {
+		t.Fatalf("after first scan: %s", got)
+	}
+	if ok, _ := d.Ready(); !ok {
+		t.Fatal("not ready after the first scan")
+	}
+
+	// A rescan with no change applies nothing.
+	batches := rec.batches
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec.batches != batches {
+		t.Errorf("an unchanged folder was applied again")
+	}
+
+	// A half-written file is reported and its objects stay.
+	write(t, filepath.Join(dir, "nodes.yaml"), nodeYAML("a", "2")+"---\napiVersion: v1\nkind: Node\nmetadata: {name: [")
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=1,Node/b=1,Node/c=1" {
+		t.Fatalf("after a broken write: %s", got)
+	}
+	if d.FileErrors() != 1 || !strings.Contains(statusError(d), "nodes.yaml") {
+		t.Errorf("broken file not reported: %+v", d.Status())
+	}
+
+	// Finished: a updated, b removed.
+	write(t, filepath.Join(dir, "nodes.yaml"), nodeYAML("a", "2")+"\n\n")
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=2,Node/c=1" {
+		t.Fatalf("after the fix: %s", got)
+	}
+	if d.FileErrors() != 0 {
+		t.Errorf("error not cleared: %+v", d.Status())
+	}
+
+	// An object moving between files is not deleted.
+	write(t, filepath.Join(dir, "sub", "more.yml"), "")
+	write(t, filepath.Join(dir, "moved.yaml"), nodeYAML("c", "3"))
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=2,Node/c=3" {
+		t.Fatalf("after a move: %s", got)
+	}
+
+	// Removing a file removes its objects.
+	if err := os.Remove(filepath.Join(dir, "nodes.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/c=3" {
+		t.Fatalf("after a removal: %s", got)
+	}
+}
+
+func statusError(d *Dir) string {
+	var b strings.Builder
+	for _, f := range d.Status().Files {
+		if f.Error != "" {
+			b.WriteString(f.Path + ": " + f.Error)
+		}
+	}
+	return b.String()
+}
+
+func TestReadObjects(t *testing.T) {
+	objs, err := ReadObjects(strings.NewReader("# comment only\n---\n" + nodeYAML("a", "1") + "---\n\n---\n" + nodeYAML("b", "1")))
+	if err != nil || len(objs) != 2 {
+		t.Fatalf("objects %d, error %v", len(objs), err)
+	}
+	for _, bad := range []string{"kind: Node\nmetadata: {name: a}\n", "apiVersion: v1\nkind: [\n"} {
+		if _, err := ReadObjects(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "document 1") {
+			t.Errorf("%q: error = %v", bad, err)
+		}
+	}
+}

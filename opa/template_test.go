@@ -1,0 +1,174 @@
+package opa
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+func templateObject(t *testing.T, kind, target string) *unstructured.Unstructured {
+	t.Helper()
+	var content map[string]any
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata:
+  name: `+strings.ToLower(kind)+`
+spec:
+  crd:
+    spec:
+      names:
+        kind: `+kind+`
+  targets:
+`+target), &content); err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: content}
+}
+
+func TestParseTemplate(t *testing.T) {
+	tests := []struct {
+		name    string
+		kind    string
+		target  string
+		wantErr string
+	}{
+		{name: "rego v0", kind: "K8sOk", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation[{"msg": "m"}] { input.review.object.spec.hostNetwork }
+`},
+		{name: "code v1", kind: "K8sOkV1", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+      - engine: Rego
+        source:
+          version: "v1"
+          rego: |
+            package x
+            violation contains {"msg": "m"} if input.review.object.spec.hostNetwork
+`},
+		{name: "v1 syntax in a v0 field", kind: "K8sV1InV0", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation contains {"msg": "m"} if input.review.object.spec.hostNetwork
+`, wantErr: "parse rego"},
+		{name: "no violation rule", kind: "K8sNoViolation", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      deny[{"msg": "m"}] { true }
+`, wantErr: "no violation rule"},
+		{name: "data outside lib and inventory", kind: "K8sBadRef", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation[{"msg": "m"}] { data.secrets.x }
+`, wantErr: "reference data.secrets.x is not allowed"},
+		{name: "whole data document", kind: "K8sWholeData", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation[{"msg": "m"}] { x := data; x.y }
+`, wantErr: "reference data is not allowed"},
+		{name: "forbidden import", kind: "K8sBadImport", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      import data.other.thing
+      violation[{"msg": "m"}] { thing }
+`, wantErr: "import data.other.thing is not allowed"},
+		{name: "lib outside data.lib", kind: "K8sBadLib", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation[{"msg": "m"}] { true }
+    libs:
+      - |
+        package helpers
+        f { true }
+`, wantErr: "must be under data.lib"},
+		{name: "CEL only", kind: "K8sCel", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+`, wantErr: "CEL-only"},
+		{name: "two targets", kind: "K8sTwo", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
+  - target: admission.k8s.gatekeeper.sh
+    rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
+`, wantErr: "exactly one target"},
+		{name: "unknown target", kind: "K8sOther", target: `
+  - target: audit.example.com
+    rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
+`, wantErr: "not supported"},
+		{name: "syntax error", kind: "K8sSyntax", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: "package x\nviolation[{\"msg\": \"m\"}] { true "
+`, wantErr: "parse rego"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseTemplate(templateObject(t, tc.kind, tc.target))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+			}
+			if !errors.Is(err, ErrInvalidTemplate) {
+				t.Errorf("error %v is not ErrInvalidTemplate", err)
+			}
+		})
+	}
+}
+
+func TestTemplateNameMustBeLowerKind(t *testing.T) {
+	u := templateObject(t, "K8sX", `
+  - target: admission.k8s.gatekeeper.sh
+    rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
+`)
+	u.SetName("something-else")
+	if _, err := parseTemplate(u); err == nil || !strings.Contains(err.Error(), "lower-case kind") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+// Two templates with the same package and the same lib package must not
+// see each other's rules: each lives in its own namespace.
+func TestTemplatesAreIsolated(t *testing.T) {
+	a, err := parseTemplate(templateObject(t, "K8sA", `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package shared
+      import data.lib.helpers.flag
+      violation[{"msg": flag}] { true }
+    libs:
+      - |
+        package lib.helpers
+        flag := "from A"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, m := range a.modules {
+		if !strings.Contains(m.Package.Path.String(), `"K8sA"`) && !strings.Contains(m.Package.Path.String(), "K8sA") {
+			t.Errorf("module %s has package %v outside its template's namespace", id, m.Package.Path)
+		}
+	}
+	if got := a.queryRef().String(); got != "data.templates.K8sA.template.violation" {
+		t.Errorf("query ref = %s", got)
+	}
+}
