@@ -168,7 +168,8 @@ type ReviewRequest struct {
 	Name, Namespace string
 	// UserInfo is the requester, as authentication/v1 UserInfo JSON.
 	UserInfo map[string]any
-	// NamespaceObject is the object's Namespace (nil: null in the review).
+	// NamespaceObject is the object's Namespace; Gatekeeper passes {} when
+	// there is none (nil is null in the review).
 	NamespaceObject map[string]any
 	// Extra holds further AdmissionRequest fields (uid, dryRun, options, ...)
 	// copied into the review as they are.

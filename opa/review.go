@@ -68,7 +68,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	}
 
 	var nsInfo *namespaceInfo
-	if req.NamespaceObject != nil {
+	if len(req.NamespaceObject) > 0 {
 		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
 		nsInfo = &namespaceInfo{name: nsName, labels: nsLabels}
 	}

@@ -2,11 +2,240 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/server"
 )
 
+const serveHelp = `Usage: opa-scheduler-extender [serve] [flags]
+
+Runs the scheduler extender. Policies (ConstraintTemplates, Constraints) and
+inventory (Nodes, Namespaces, ...) come from a cluster (--kubeconfig, or the
+in-cluster configuration when running in a pod), from a folder of YAML files
+(--policy-dir), or both.
+
+Flags:
+`
+
+type serveFlags struct {
+	listen, policyDir, kubeconfig string
+	noCluster                     bool
+	tlsCert, tlsKey, clientCA     string
+	enforcementPoint              string
+	requestTimeout, bindTimeout   time.Duration
+	maxBodyBytes                  int64
+	disableDebug, enablePprof     bool
+	syncKinds                     []string
+	ignoreGatekeeperConfig        bool
+	kubeQPS                       float32
+	kubeBurst                     int
+	requeueNudge                  bool
+	allowNetworkBuiltins          bool
+	logLevel, logFormat           string
+	policyPollInterval            time.Duration
+}
+
+func (f *serveFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", ":8888", "address to serve the extender verbs, health, metrics and debug endpoints on")
+	fs.StringVar(&f.policyDir, "policy-dir", "", "folder of YAML files (ConstraintTemplates, Constraints, inventory objects) to load and watch; folders named testdata and Suite documents are skipped")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to sync policies and inventory from and to bind through; empty: the in-cluster configuration when running in a pod, else no cluster")
+	fs.BoolVar(&f.noCluster, "no-cluster", false, "do not connect to any cluster, even in a pod (policies and inventory come from --policy-dir only)")
+	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); reloaded when the file changes")
+	fs.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
+	fs.StringVar(&f.clientCA, "client-ca-file", "", "require client certificates signed by this CA (PEM), such as the one the scheduler presents through its extender tlsConfig")
+	fs.StringVar(&f.enforcementPoint, "enforcement-point", opa.DefaultEnforcementPoint, "this service's name in constraints' scopedEnforcementActions")
+	fs.DurationVar(&f.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline for one scheduler request, passed into policy evaluation; keep it below the extender's httpTimeout in KubeSchedulerConfiguration (default 5s)")
+	fs.DurationVar(&f.bindTimeout, "bind-timeout", 5*time.Second, "timeout of each API call made to bind a pod")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (the default fits 5000 full Node objects)")
+	fs.BoolVar(&f.disableDebug, "disable-debug-endpoints", false, "turn off /debug/policies and /debug/explain")
+	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/")
+	fs.StringSliceVar(&f.syncKinds, "sync-kind", nil, "further inventory kind to sync from the cluster, as group/version/Kind (core: v1/Kind), repeatable; Nodes and Namespaces are always synced")
+	fs.BoolVar(&f.ignoreGatekeeperConfig, "ignore-gatekeeper-config", false, "do not read Gatekeeper's Config (spec.sync.syncOnly) for further inventory kinds")
+	fs.Float32Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second to the API server (binds, nudges)")
+	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst of queries to the API server")
+	fs.BoolVar(&f.requeueNudge, "requeue-nudge", true, "after a policy change, touch an annotation on pods this service rejected that are still pending, so that the scheduler retries them now instead of after up to 5 minutes")
+	fs.BoolVar(&f.allowNetworkBuiltins, "allow-network-builtins", false, "let templates call http.send and net.lookup_ip_addr (off, as in Gatekeeper: a template cannot reach out)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
+}
+
 func runServe(ctx context.Context, args []string, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "serve: not wired yet")
-	return 2
+	var f serveFlags
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, serveHelp)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: %v\n", err)
+		return 2
+	}
+	if err := serve(ctx, f, log); err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+	log := slog.New(h)
+	// client-go logs through klog: send it to the same place.
+	klog.SetSlogLogger(log)
+	return log, nil
+}
+
+// clusterConfig finds the cluster to use: --kubeconfig, else the
+// in-cluster configuration inside a pod, else none.
+func clusterConfig(f serveFlags) (*rest.Config, error) {
+	if f.noCluster {
+		if f.kubeconfig != "" {
+			return nil, errors.New("--no-cluster and --kubeconfig exclude each other")
+		}
+		return nil, nil
+	}
+	var cfg *rest.Config
+	var err error
+	switch {
+	case f.kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		cfg, err = rest.InClusterConfig()
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster configuration: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.kubeQPS, f.kubeBurst
+	cfg.UserAgent = "opa-scheduler-extender"
+	return cfg, nil
+}
+
+func parseKinds(kinds []string) ([]schema.GroupVersionKind, error) {
+	var out []schema.GroupVersionKind
+	for _, k := range kinds {
+		parts := strings.Split(k, "/")
+		switch len(parts) {
+		case 2:
+			out = append(out, schema.GroupVersionKind{Version: parts[0], Kind: parts[1]})
+		case 3:
+			out = append(out, schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]})
+		default:
+			return nil, fmt.Errorf("--sync-kind %q: want group/version/Kind or v1/Kind", k)
+		}
+	}
+	return out, nil
+}
+
+func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	cfg, err := clusterConfig(f)
+	if err != nil {
+		return err
+	}
+	if cfg == nil && f.policyDir == "" {
+		return errors.New("nothing to enforce: give --policy-dir, --kubeconfig, or run in a cluster")
+	}
+	extra, err := parseKinds(f.syncKinds)
+	if err != nil {
+		return err
+	}
+	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins})
+	if err != nil {
+		return err
+	}
+	defer engine.Close(context.Background())
+
+	sopts := server.Options{
+		Policy:           engine,
+		Logger:           log.With("component", "server"),
+		RequestTimeout:   f.requestTimeout,
+		MaxBodyBytes:     f.maxBodyBytes,
+		DisableDebug:     f.disableDebug,
+		EnablePprof:      f.enablePprof,
+		EnforcementPoint: f.enforcementPoint,
+	}
+	var debugSources []func() any
+	if f.policyDir != "" {
+		if _, err := os.Stat(f.policyDir); err != nil {
+			return fmt.Errorf("--policy-dir: %w", err)
+		}
+		dir := source.NewDir(f.policyDir, engine, source.DirOptions{Interval: f.policyPollInterval, Logger: log.With("component", "policy-dir")})
+		if err := dir.Sync(ctx); err != nil {
+			return err
+		}
+		go dir.Run(ctx)
+		sopts.ReadinessChecks = append(sopts.ReadinessChecks, dir.Ready)
+		debugSources = append(debugSources, func() any { return dir.Status() })
+	}
+	var nudger *source.Nudger
+	if cfg != nil {
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		cluster, err := source.NewCluster(engine, source.ClusterOptions{Config: cfg, ExtraKinds: extra, IgnoreGatekeeperConfig: f.ignoreGatekeeperConfig, Logger: log.With("component", "cluster")})
+		if err != nil {
+			return err
+		}
+		go cluster.Run(ctx)
+		sopts.Binder = server.NewKubeBinder(client, f.bindTimeout)
+		sopts.ReadinessChecks = append(sopts.ReadinessChecks, cluster.Ready)
+		debugSources = append(debugSources, func() any { return cluster.Status() })
+		if f.requeueNudge {
+			nudger = source.NewNudger(client, engine, log.With("component", "requeue-nudge"))
+			sopts.OnRejected = nudger.Rejected
+			go nudger.Run(ctx)
+		}
+		log.Info("syncing from the cluster", "host", cfg.Host)
+	}
+	sopts.DebugSources = debugSources
+	srv, err := server.New(sopts)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
+	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
 }

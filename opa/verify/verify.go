@@ -10,7 +10,7 @@
 // expression) with one deliberate difference: when the case's inventory
 // holds the Namespace of the object under review, the review carries it as
 // namespaceObject and namespace, as Gatekeeper's admission webhook does
-// (gator leaves them empty).
+// (gator passes an empty namespaceObject, {}).
 package verify
 
 import (
@@ -370,16 +370,18 @@ func admissionRequest(obj *unstructured.Unstructured, inventory []*unstructured.
 
 func str(v any) string { s, _ := v.(string); return s }
 
+// findNamespace gives the object's Namespace from the case's inventory,
+// or {} when there is none: Gatekeeper passes an empty Namespace, which
+// Rego sees as an empty object, never null.
 func findNamespace(inventory []*unstructured.Unstructured, name string) map[string]any {
-	if name == "" {
-		return nil
-	}
-	for _, o := range inventory {
-		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" && o.GetName() == name {
-			return o.Object
+	if name != "" {
+		for _, o := range inventory {
+			if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" && o.GetName() == name {
+				return o.Object
+			}
 		}
 	}
-	return nil
+	return map[string]any{}
 }
 
 func (a Assertion) check(violations []opa.Violation) error {

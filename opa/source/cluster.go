@@ -1,0 +1,464 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+var (
+	templateGVR = schema.GroupVersionResource{Group: opa.TemplateGroup, Version: "v1", Resource: "constrainttemplates"}
+	nodeGVR     = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	nsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	configGVR   = schema.GroupVersionResource{Group: "config.gatekeeper.sh", Version: "v1alpha1", Resource: "configs"}
+)
+
+// ClusterOptions configure a Cluster source.
+type ClusterOptions struct {
+	// Config reaches the API server.
+	Config *rest.Config
+	// ExtraKinds are inventory kinds to sync besides Nodes and Namespaces.
+	ExtraKinds []schema.GroupVersionKind
+	// IgnoreGatekeeperConfig turns off reading Gatekeeper's Config
+	// (config.gatekeeper.sh, spec.sync.syncOnly) for more inventory kinds.
+	IgnoreGatekeeperConfig bool
+	// BatchWindow is how long changes gather before one Apply (default
+	// 20ms): a burst of node updates costs one store commit, and a
+	// change still reaches answers well within a second.
+	BatchWindow time.Duration
+	// ConstraintGrace is how long an informer for a template's constraints
+	// may fail to list (its CRD missing: Gatekeeper not running) before
+	// readiness stops waiting for it (default 30s).
+	ConstraintGrace time.Duration
+	Logger          *slog.Logger
+}
+
+// Cluster keeps the engine in sync with a cluster: ConstraintTemplates,
+// the constraints of every template's kind (informers start and stop as
+// templates come and go), Nodes, Namespaces and further inventory kinds.
+// When the API server goes away the engine keeps the last synced state;
+// Ready reports the staleness and the informers catch up when it is back.
+type Cluster struct {
+	opts    ClusterOptions
+	applier Applier
+	dyn     dynamic.Interface
+	disc    discovery.DiscoveryInterface
+	mapper  *restmapper.DeferredDiscoveryRESTMapper
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	informers map[schema.GroupVersionResource]*watched
+	pending   map[string]opa.Change
+	order     []string
+	wake      chan struct{}
+	ctx       context.Context
+	// health of the connection to the API server
+	connected    bool
+	lastContact  time.Time
+	lastErr      string
+	disconnected time.Time
+	syncKinds    map[schema.GroupVersionResource]bool // from Gatekeeper's Config
+}
+
+type watched struct {
+	gvr     schema.GroupVersionResource
+	role    string // "templates", "constraints", "inventory", "config"
+	kind    string // template kind, for constraints
+	inf     cache.SharedIndexInformer
+	cancel  context.CancelFunc
+	started time.Time
+	lastErr string
+}
+
+// NewCluster prepares a cluster source; Run starts it.
+func NewCluster(applier Applier, opts ClusterOptions) (*Cluster, error) {
+	if opts.Config == nil {
+		return nil, fmt.Errorf("cluster source: no API server configuration")
+	}
+	if opts.BatchWindow <= 0 {
+		opts.BatchWindow = 20 * time.Millisecond
+	}
+	if opts.ConstraintGrace <= 0 {
+		opts.ConstraintGrace = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	dyn, err := dynamic.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("cluster source: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("cluster source: %w", err)
+	}
+	return &Cluster{
+		opts: opts, applier: applier, dyn: dyn, disc: disc,
+		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		log:       opts.Logger,
+		informers: map[schema.GroupVersionResource]*watched{},
+		pending:   map[string]opa.Change{},
+		wake:      make(chan struct{}, 1),
+		connected: true,
+		syncKinds: map[schema.GroupVersionResource]bool{},
+	}, nil
+}
+
+// Run syncs until ctx ends.
+func (c *Cluster) Run(ctx context.Context) {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	c.watch(templateGVR, "templates", "")
+	c.watch(nodeGVR, "inventory", "")
+	c.watch(nsGVR, "inventory", "")
+	for _, gvk := range c.opts.ExtraKinds {
+		gvr, err := c.resource(gvk)
+		if err != nil {
+			c.log.Error("inventory kind not served by the API server; not synced", "kind", gvk.String(), "err", err)
+			continue
+		}
+		c.watch(gvr, "inventory", "")
+	}
+	if !c.opts.IgnoreGatekeeperConfig {
+		c.watchGatekeeperConfig()
+	}
+	go c.probe(ctx)
+	c.applyLoop(ctx)
+}
+
+func (c *Cluster) resource(gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		c.mapper.Reset()
+		if m, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return schema.GroupVersionResource{}, err
+		}
+	}
+	return m.Resource, nil
+}
+
+// watchGatekeeperConfig follows Gatekeeper's Config when its CRD is served.
+func (c *Cluster) watchGatekeeperConfig() {
+	if _, err := c.disc.ServerResourcesForGroupVersion(configGVR.GroupVersion().String()); err != nil {
+		c.log.Info("Gatekeeper's Config is not served; inventory is Nodes, Namespaces and --sync-kind", "err", err)
+		return
+	}
+	c.watch(configGVR, "config", "")
+}
+
+// watch starts an informer for gvr unless one runs.
+func (c *Cluster) watch(gvr schema.GroupVersionResource, role, kind string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.informers[gvr]; ok || c.ctx == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	inf := dynamicinformer.NewFilteredDynamicInformer(c.dyn, gvr, "", 0, cache.Indexers{}, nil).Informer()
+	w := &watched{gvr: gvr, role: role, kind: kind, inf: inf, cancel: cancel, started: time.Now()}
+	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		c.mu.Lock()
+		w.lastErr = err.Error()
+		c.mu.Unlock()
+		if apierrors.IsNotFound(err) {
+			c.log.Debug("resource not served yet", "resource", gvr.String())
+			return
+		}
+		c.log.Warn("watch failed; serving the last synced state", "resource", gvr.String(), "err", err)
+	})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onUpsert(w, obj) },
+		UpdateFunc: func(_, obj any) { c.onUpsert(w, obj) },
+		DeleteFunc: func(obj any) { c.onDelete(w, obj) },
+	})
+	c.informers[gvr] = w
+	go inf.Run(ctx.Done())
+	c.log.Info("watching", "resource", gvr.String(), "role", role)
+}
+
+// unwatch stops an informer and removes what it had put in the engine.
+func (c *Cluster) unwatch(gvr schema.GroupVersionResource) {
+	c.mu.Lock()
+	w, ok := c.informers[gvr]
+	if ok {
+		delete(c.informers, gvr)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	w.cancel()
+	for _, obj := range w.inf.GetStore().List() {
+		c.onDelete(w, obj)
+	}
+	c.log.Info("stopped watching", "resource", gvr.String())
+}
+
+func (c *Cluster) onUpsert(w *watched, obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	c.contact()
+	switch w.role {
+	case "config":
+		c.onConfig(u)
+		return
+	case "templates":
+		if kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind"); kind != "" {
+			c.watch(schema.GroupVersionResource{Group: opa.ConstraintGroup, Version: "v1beta1", Resource: strings.ToLower(kind)}, "constraints", kind)
+		}
+	}
+	c.enqueue(opa.Change{Object: u})
+}
+
+func (c *Cluster) onDelete(w *watched, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	switch w.role {
+	case "config":
+		c.onConfig(nil)
+		return
+	case "templates":
+		if kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind"); kind != "" {
+			defer c.unwatch(schema.GroupVersionResource{Group: opa.ConstraintGroup, Version: "v1beta1", Resource: strings.ToLower(kind)})
+		}
+	}
+	c.enqueue(opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: u.GroupVersionKind(), Namespace: u.GetNamespace(), Name: u.GetName()}})
+}
+
+// onConfig follows spec.sync.syncOnly of Gatekeeper's Config: the kinds
+// Gatekeeper replicates into its inventory are replicated here too.
+func (c *Cluster) onConfig(u *unstructured.Unstructured) {
+	want := map[schema.GroupVersionResource]bool{}
+	if u != nil {
+		entries, _, _ := unstructured.NestedSlice(u.Object, "spec", "sync", "syncOnly")
+		for _, e := range entries {
+			m, _ := e.(map[string]any)
+			gvk := schema.GroupVersionKind{Group: fmt.Sprint(m["group"]), Version: fmt.Sprint(m["version"]), Kind: fmt.Sprint(m["kind"])}
+			if m["group"] == nil {
+				gvk.Group = ""
+			}
+			gvr, err := c.resource(gvk)
+			if err != nil {
+				c.log.Warn("Gatekeeper Config names a kind the API server does not serve", "kind", gvk.String(), "err", err)
+				continue
+			}
+			want[gvr] = true
+		}
+	}
+	c.mu.Lock()
+	old := c.syncKinds
+	c.syncKinds = want
+	c.mu.Unlock()
+	for gvr := range want {
+		c.watch(gvr, "inventory", "")
+	}
+	for gvr := range old {
+		if !want[gvr] && gvr != nodeGVR && gvr != nsGVR && !c.extra(gvr) {
+			c.unwatch(gvr)
+		}
+	}
+}
+
+func (c *Cluster) extra(gvr schema.GroupVersionResource) bool {
+	for _, gvk := range c.opts.ExtraKinds {
+		if r, err := c.resource(gvk); err == nil && r == gvr {
+			return true
+		}
+	}
+	return false
+}
+
+func changeKey(ch opa.Change) string {
+	if ch.Object != nil {
+		u := ch.Object
+		return u.GroupVersionKind().GroupKind().String() + "/" + u.GetNamespace() + "/" + u.GetName()
+	}
+	d := ch.Delete
+	return d.GroupVersionKind.GroupKind().String() + "/" + d.Namespace + "/" + d.Name
+}
+
+// enqueue keeps the newest change per object until the next batch.
+func (c *Cluster) enqueue(ch opa.Change) {
+	k := changeKey(ch)
+	c.mu.Lock()
+	if _, ok := c.pending[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.pending[k] = ch
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Cluster) applyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		// Let a burst gather.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.opts.BatchWindow):
+		}
+		c.mu.Lock()
+		batch := make([]opa.Change, 0, len(c.order))
+		for _, k := range c.order {
+			batch = append(batch, c.pending[k])
+		}
+		c.pending = map[string]opa.Change{}
+		c.order = nil
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		sortChanges(batch)
+		for _, err := range c.applier.Apply(ctx, batch) {
+			c.log.Warn("cluster object refused; the previous version stays in force", "err", err)
+		}
+	}
+}
+
+// probe checks the API server every few seconds, so that staleness is
+// reported even when no watch event would reveal it.
+func (c *Cluster) probe(ctx context.Context) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.disc.RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		if err != nil {
+			c.mu.Lock()
+			if c.connected {
+				c.disconnected = time.Now()
+				c.log.Warn("API server unreachable; answering from the last synced state", "err", err)
+			}
+			c.connected = false
+			c.lastErr = err.Error()
+			c.mu.Unlock()
+			continue
+		}
+		c.contact()
+	}
+}
+
+func (c *Cluster) contact() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.connected {
+		c.log.Info("API server reachable again", "down", time.Since(c.disconnected).Round(time.Second).String())
+	}
+	c.connected = true
+	c.lastContact = time.Now()
+}
+
+// Ready is true once every informer has listed its objects and the
+// resulting changes were applied. Constraint informers whose CRD is
+// missing stop blocking readiness after ConstraintGrace. When ready but
+// cut off from the API server, the note says since when.
+func (c *Cluster) Ready() (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var waiting []string
+	for _, w := range c.informers {
+		if w.inf.HasSynced() {
+			continue
+		}
+		if w.role == "constraints" && time.Since(w.started) > c.opts.ConstraintGrace {
+			continue
+		}
+		what := w.gvr.Resource
+		if w.gvr.Group != "" {
+			what += "." + w.gvr.Group
+		}
+		if w.lastErr != "" {
+			what += " (" + w.lastErr + ")"
+		}
+		waiting = append(waiting, what)
+	}
+	if c.ctx == nil {
+		waiting = append(waiting, "cluster sync to start")
+	}
+	if len(waiting) > 0 {
+		sort.Strings(waiting)
+		return false, "cluster sync: " + strings.Join(waiting, ", ")
+	}
+	if len(c.pending) > 0 {
+		return false, "cluster sync: applying the first changes"
+	}
+	if !c.connected {
+		return true, fmt.Sprintf("API server unreachable since %s: answering from the state synced then (%s)", c.disconnected.Format(time.RFC3339), c.lastErr)
+	}
+	return true, ""
+}
+
+// ClusterStatus describes the cluster source for /debug/policies.
+type ClusterStatus struct {
+	Connected   bool           `json:"connected"`
+	LastContact time.Time      `json:"lastContact"`
+	LastError   string         `json:"lastError,omitempty"`
+	Informers   []InformerInfo `json:"informers"`
+}
+
+// InformerInfo is one watched resource.
+type InformerInfo struct {
+	Resource string `json:"resource"`
+	Role     string `json:"role"`
+	Synced   bool   `json:"synced"`
+	Objects  int    `json:"objects"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Status lists the informers and the connection's health.
+func (c *Cluster) Status() ClusterStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := ClusterStatus{Connected: c.connected, LastContact: c.lastContact, LastError: c.lastErr}
+	for gvr, w := range c.informers {
+		s.Informers = append(s.Informers, InformerInfo{Resource: gvr.String(), Role: w.role, Synced: w.inf.HasSynced(), Objects: len(w.inf.GetStore().ListKeys()), Error: w.lastErr})
+	}
+	sort.Slice(s.Informers, func(i, j int) bool { return s.Informers[i].Resource < s.Informers[j].Resource })
+	return s
+}
+
+// Connected reports whether the last probe reached the API server.
+func (c *Cluster) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
+}

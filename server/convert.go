@@ -1,0 +1,164 @@
+package server
+
+import (
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// unknownNodeReason is the FailedNodes message for a node the engine knows
+// nothing about (names-only request, node not in the inventory).
+const unknownNodeReason = "node not in the extender's node inventory"
+
+// checkPod validates the pod of a request and returns "namespace/name".
+// Both name and namespace are required: the scheduler always sends them,
+// and defaulting an empty namespace would evaluate namespace-scoped
+// constraints against the wrong Namespace.
+func checkPod(p *v1.Pod) (string, *requestError) {
+	switch {
+	case p == nil:
+		return "", badRequest("request has no Pod")
+	case p.Name == "":
+		return "", badRequest("Pod has no metadata.name")
+	case p.Namespace == "":
+		return "", badRequest("Pod %q has no metadata.namespace", p.Name)
+	}
+	return p.Namespace + "/" + p.Name, nil
+}
+
+// podObject converts the wire pod into the unstructured content the engine
+// takes, with apiVersion v1 and kind Pod.
+func podObject(p *v1.Pod) (map[string]any, *requestError) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		return nil, badRequest("cannot convert Pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	m["apiVersion"] = "v1"
+	m["kind"] = "Pod"
+	return m, nil
+}
+
+// nodeObject converts a wire node into unstructured content, with
+// apiVersion v1 and kind Node (items of a NodeList usually carry neither).
+func nodeObject(n *v1.Node) (map[string]any, *requestError) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
+	if err != nil {
+		return nil, badRequest("cannot convert Node %q: %v", n.Name, err)
+	}
+	m["apiVersion"] = "v1"
+	m["kind"] = "Node"
+	return m, nil
+}
+
+// nodeArgs is the node list of an ExtenderArgs, deduplicated.
+type nodeArgs struct {
+	// names are the unique node names in input order.
+	names []string
+	// items, in full-node mode, are the indexes into Nodes.Items of the
+	// first occurrence of each name (parallel to names); nil in names mode.
+	items []int
+	// full is true when the request carried full Node objects.
+	full bool
+}
+
+// parseNodes validates and deduplicates the nodes of an ExtenderArgs.
+// Neither list set is a valid, empty request.
+func parseNodes(args *extenderv1.ExtenderArgs) (nodeArgs, *requestError) {
+	var names []string
+	if args.NodeNames != nil {
+		names = *args.NodeNames
+	}
+	var items []v1.Node
+	if args.Nodes != nil {
+		items = args.Nodes.Items
+	}
+	if len(names) > 0 && len(items) > 0 {
+		return nodeArgs{}, badRequest("request has both Nodes and NodeNames: send one (the scheduler sends NodeNames when the extender is nodeCacheCapable, Nodes otherwise)")
+	}
+	if len(items) > 0 {
+		na := nodeArgs{full: true, names: make([]string, 0, len(items)), items: make([]int, 0, len(items))}
+		seen := make(map[string]struct{}, len(items))
+		for i := range items {
+			name := items[i].Name
+			if name == "" {
+				return nodeArgs{}, badRequest("Nodes.items[%d] has no metadata.name", i)
+			}
+			if _, dup := seen[name]; dup {
+				continue
+			}
+			seen[name] = struct{}{}
+			na.names = append(na.names, name)
+			na.items = append(na.items, i)
+		}
+		return na, nil
+	}
+	seen := make(map[string]struct{}, len(names))
+	dups := false
+	for i, name := range names {
+		if name == "" {
+			return nodeArgs{}, badRequest("NodeNames[%d] is empty", i)
+		}
+		if _, dup := seen[name]; dup {
+			dups = true
+			continue
+		}
+		seen[name] = struct{}{}
+	}
+	if dups { // rare: the scheduler sends unique names
+		names = dedupeNames(names)
+	}
+	return nodeArgs{names: names}, nil
+}
+
+func dedupeNames(names []string) []string {
+	out := make([]string, 0, len(names))
+	seen := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if _, dup := seen[n]; dup {
+			continue
+		}
+		seen[n] = struct{}{}
+		out = append(out, n)
+	}
+	return out
+}
+
+// candidates builds the engine's candidate list: names only, or names and
+// the given Node objects.
+func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs) ([]opa.Candidate, *requestError) {
+	cs := make([]opa.Candidate, len(na.names))
+	for i, name := range na.names {
+		cs[i].Name = name
+		if na.full {
+			obj, rerr := nodeObject(&args.Nodes.Items[na.items[i]])
+			if rerr != nil {
+				return nil, rerr
+			}
+			cs[i].Object = obj
+		}
+	}
+	return cs, nil
+}
+
+// denyMessage joins the deny violations of a verdict, each as
+// "[<constraint name>] <msg>", with "; ".
+func denyMessage(v *opa.NodeVerdict) string {
+	var b strings.Builder
+	for _, x := range v.Violations {
+		if x.Action != opa.Deny {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteByte('[')
+		b.WriteString(x.Constraint.Name)
+		b.WriteString("] ")
+		b.WriteString(x.Message)
+	}
+	return b.String()
+}

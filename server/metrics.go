@@ -1,0 +1,249 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// MetricsNamespace prefixes every metric of the service.
+const MetricsNamespace = "opa_scheduler_extender"
+
+// Values of the "result" label of request_duration_seconds.
+const (
+	resultOK         = "ok"
+	resultError      = "error"       // engine failure, panic, or an answer with Error set
+	resultBadRequest = "bad_request" // client fault (HTTP 400)
+)
+
+// Values of the "reason" label of nodes_rejected_total.
+const (
+	reasonDenied  = "denied"
+	reasonUnknown = "unknown"
+)
+
+// requestBuckets span a memoised names-only filter (tens of microseconds)
+// to the scheduler's 5 s extender timeout.
+var requestBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5,
+}
+
+var verbs = []string{verbFilter, verbPrioritize, verbPreempt, verbBind}
+
+type metrics struct {
+	duration   *prometheus.HistogramVec
+	decisions  *prometheus.CounterVec
+	rejectedV  *prometheus.CounterVec
+	evaluatedV *prometheus.CounterVec
+	panics     prometheus.Counter
+
+	// Pre-resolved children for the hot path.
+	durationBy  map[string]map[string]prometheus.Observer
+	rejectedBy  map[string]map[string]prometheus.Counter
+	evaluatedBy map[string]prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string) (*metrics, error) {
+	m := &metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace,
+			Name:      "request_duration_seconds",
+			Help:      "Time to answer one extender call, from routing to the last byte written, by verb and result (ok, error, bad_request).",
+			Buckets:   requestBuckets,
+		}, []string{"verb", "result"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace,
+			Name:      "decisions_total",
+			Help:      "Constraint violations per (pod, node) pair judged, by verb, constraint kind, constraint name and enforcement action (a constraint violated several times on one pair counts once).",
+		}, []string{"verb", "constraint_kind", "constraint", "action"}),
+		rejectedV: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace,
+			Name:      "nodes_rejected_total",
+			Help:      "Candidate nodes rejected, by verb and reason (denied by a policy, unknown to the extender's inventory).",
+		}, []string{"verb", "reason"}),
+		evaluatedV: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace,
+			Name:      "nodes_evaluated_total",
+			Help:      "Candidate nodes evaluated against the policy, by verb.",
+		}, []string{"verb"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace,
+			Name:      "handler_panics_total",
+			Help:      "Panics recovered in HTTP handlers.",
+		}),
+		durationBy:  map[string]map[string]prometheus.Observer{},
+		rejectedBy:  map[string]map[string]prometheus.Counter{},
+		evaluatedBy: map[string]prometheus.Counter{},
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace:   MetricsNamespace,
+		Name:        "info",
+		Help:        "Constant 1, labelled with the enforcement point this service answers to.",
+		ConstLabels: prometheus.Labels{"enforcement_point": enforcementPoint},
+	})
+	info.Set(1)
+
+	// Initialise every bounded series so that rates start at zero.
+	for _, v := range verbs {
+		m.durationBy[v] = map[string]prometheus.Observer{}
+		for _, r := range []string{resultOK, resultError, resultBadRequest} {
+			m.durationBy[v][r] = m.duration.WithLabelValues(v, r)
+		}
+		m.rejectedBy[v] = map[string]prometheus.Counter{
+			reasonDenied:  m.rejectedV.WithLabelValues(v, reasonDenied),
+			reasonUnknown: m.rejectedV.WithLabelValues(v, reasonUnknown),
+		}
+		m.evaluatedBy[v] = m.evaluatedV.WithLabelValues(v)
+	}
+
+	for _, c := range []prometheus.Collector{
+		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, info,
+		newPolicyCollector(policy),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("server: registering metrics: %w", err)
+		}
+	}
+	// The Go and process collectors may already be in a registry the
+	// caller shares; that is fine.
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("server: registering metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(verb, result string, d time.Duration) {
+	if byResult, ok := m.durationBy[verb]; ok {
+		byResult[result].Observe(d.Seconds())
+		return
+	}
+	m.duration.WithLabelValues(verb, result).Observe(d.Seconds())
+}
+
+func (m *metrics) evaluated(verb string, n int) {
+	if n > 0 {
+		m.evaluatedBy[verb].Add(float64(n))
+	}
+}
+
+func (m *metrics) rejected(verb string, denied, unknown int) {
+	if denied > 0 {
+		m.rejectedBy[verb][reasonDenied].Add(float64(denied))
+	}
+	if unknown > 0 {
+		m.rejectedBy[verb][reasonUnknown].Add(float64(unknown))
+	}
+}
+
+// countDecisions counts each (constraint, action) violated in one verdict
+// once. Labels are bounded: constraint names and kinds come from the
+// cluster's policy set, never from pods or nodes.
+func (m *metrics) countDecisions(verb string, v *opa.NodeVerdict) {
+	switch len(v.Violations) {
+	case 0:
+		return
+	case 1:
+		x := &v.Violations[0]
+		m.decisions.WithLabelValues(verb, x.Constraint.Kind, x.Constraint.Name, string(x.Action)).Inc()
+		return
+	}
+	type key struct {
+		c opa.ConstraintKey
+		a opa.Action
+	}
+	seen := make(map[key]struct{}, len(v.Violations))
+	for i := range v.Violations {
+		x := &v.Violations[i]
+		k := key{x.Constraint, x.Action}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		m.decisions.WithLabelValues(verb, x.Constraint.Kind, x.Constraint.Name, string(x.Action)).Inc()
+	}
+}
+
+// policyCollector reads the engine's Stats and Status at scrape time: one
+// Stats call and one Status call per scrape, consistent values.
+type policyCollector struct {
+	policy Policy
+
+	evaluations, memoHits, memoMisses, evalErrors *prometheus.Desc
+	compileErrors, constraintErrors               *prometheus.Desc
+	generation, lastApply, inventory              *prometheus.Desc
+}
+
+func newPolicyCollector(p Policy) *policyCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(MetricsNamespace, "", name), help, labels, nil)
+	}
+	return &policyCollector{
+		policy:           p,
+		evaluations:      d("evaluations_total", "Rego evaluations run by the engine."),
+		memoHits:         d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
+		memoMisses:       d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
+		evalErrors:       d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
+		compileErrors:    d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
+		constraintErrors: d("constraint_errors_total", "Constraints the engine rejected."),
+		generation:       d("policy_generation", "Generation of the policy set in force."),
+		lastApply:        d("last_policy_apply_timestamp_seconds", "Unix time of the last successful policy or inventory change (0 before the first)."),
+		inventory:        d("inventory_objects", "Objects in the engine's inventory (data.inventory), by group_version and kind.", "group_version", "kind"),
+	}
+}
+
+func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
+		c.constraintErrors, c.generation, c.lastApply, c.inventory,
+	} {
+		ch <- d
+	}
+}
+
+func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.policy.Stats()
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(c.evaluations, st.Evaluations)
+	counter(c.memoHits, st.MemoHits)
+	counter(c.memoMisses, st.MemoMisses)
+	counter(c.evalErrors, st.EvalErrors)
+	counter(c.compileErrors, st.CompileErrors)
+	counter(c.constraintErrors, st.ConstraintErrors)
+	ch <- prometheus.MustNewConstMetric(c.generation, prometheus.GaugeValue, float64(st.PolicyGeneration))
+	last := 0.0
+	if !st.LastApply.IsZero() {
+		last = float64(st.LastApply.UnixNano()) / 1e9
+	}
+	ch <- prometheus.MustNewConstMetric(c.lastApply, prometheus.GaugeValue, last)
+
+	for key, n := range c.policy.Status().Inventory {
+		gv, kind := splitInventoryKey(key)
+		ch <- prometheus.MustNewConstMetric(c.inventory, prometheus.GaugeValue, float64(n), gv, kind)
+	}
+}
+
+// splitInventoryKey splits "groupVersion/Kind" ("v1/Node", "apps/v1/Deployment").
+func splitInventoryKey(key string) (groupVersion, kind string) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", key
+	}
+	return key[:i], key[i+1:]
+}

@@ -1,0 +1,347 @@
+package server
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// Server answers the scheduler's extender calls. Create it with New; it is
+// safe for concurrent use.
+type Server struct {
+	policy           Policy
+	binder           Binder
+	log              *slog.Logger
+	registry         *prometheus.Registry
+	requestTimeout   time.Duration
+	maxBodyBytes     int64
+	debug            bool
+	pprof            bool
+	enforcementPoint string
+	onRejected       func(namespace, name string, uid types.UID)
+	debugSources     []func() any
+
+	metrics *metrics
+	handler http.Handler
+
+	checksMu sync.RWMutex
+	checks   []ReadinessCheck
+}
+
+// New checks the options, registers the metrics and builds the router.
+func New(opts Options) (*Server, error) {
+	if opts.Policy == nil {
+		return nil, errors.New("server: Options.Policy is required")
+	}
+	if opts.RequestTimeout < 0 {
+		return nil, fmt.Errorf("server: Options.RequestTimeout is negative (%v)", opts.RequestTimeout)
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("server: Options.MaxBodyBytes is negative (%d)", opts.MaxBodyBytes)
+	}
+	s := &Server{
+		policy:           opts.Policy,
+		binder:           opts.Binder,
+		log:              opts.Logger,
+		registry:         opts.Registry,
+		requestTimeout:   opts.RequestTimeout,
+		maxBodyBytes:     opts.MaxBodyBytes,
+		debug:            !opts.DisableDebug,
+		pprof:            opts.EnablePprof,
+		enforcementPoint: opts.EnforcementPoint,
+		onRejected:       opts.OnRejected,
+		debugSources:     opts.DebugSources,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	if s.requestTimeout == 0 {
+		s.requestTimeout = DefaultRequestTimeout
+	}
+	if s.maxBodyBytes == 0 {
+		s.maxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.enforcementPoint == "" {
+		s.enforcementPoint = opa.DefaultEnforcementPoint
+	}
+	for _, c := range opts.ReadinessChecks {
+		if c != nil {
+			s.checks = append(s.checks, c)
+		}
+	}
+	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the service's HTTP handler (a chi router). The extender
+// verbs are at the root (/filter, ...): set the scheduler's urlPrefix to
+// this server's base URL, or mount the handler under a prefix with
+// http.StripPrefix.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// AddReadinessCheck registers one more check for /readyz.
+func (s *Server) AddReadinessCheck(c ReadinessCheck) {
+	if c == nil {
+		return
+	}
+	s.checksMu.Lock()
+	s.checks = append(s.checks, c)
+	s.checksMu.Unlock()
+}
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.recoverer)
+
+	// Extender verbs. They check the method themselves so that a wrong
+	// method gets a 405 with Allow: POST and a JSON Error body.
+	r.HandleFunc("/filter", s.handleFilter)
+	r.HandleFunc("/prioritize", s.handlePrioritize)
+	r.HandleFunc("/preempt", s.handlePreempt)
+	r.HandleFunc("/bind", s.handleBind)
+
+	r.Get("/livez", s.handleLivez)
+	r.Get("/healthz", s.handleLivez)
+	r.Get("/readyz", s.handleReadyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.InstrumentMetricHandler(
+		s.registry,
+		promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
+			ErrorHandling: promhttp.ContinueOnError,
+		}),
+	))
+
+	if s.debug {
+		r.Get("/debug/policies", s.handlePolicies)
+		r.HandleFunc("/debug/explain", s.handleExplain)
+	}
+	if s.pprof {
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.HandleFunc("/debug/pprof/*", pprof.Index) // index and named profiles
+	}
+	return r
+}
+
+// errorBody is the answer shape for failures of verbs whose result type has
+// no Error field (prioritize), of the 405 answers and of recovered panics.
+type errorBody struct {
+	Error string
+}
+
+// recoverer turns a handler panic into a 500 with a JSON Error body and a
+// log line with the stack. http.ErrAbortHandler is re-panicked, as net/http
+// expects (it aborts the response and the server recovers it silently).
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
+				panic(p)
+			}
+			s.metrics.panics.Inc()
+			s.log.ErrorContext(r.Context(), "panic in handler",
+				"method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			writeJSON(w, http.StatusInternalServerError, errorBody{Error: fmt.Sprintf("internal error: panic: %v", p)})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeJSON writes v as the JSON answer with the given status. The encoder
+// writes straight to the ResponseWriter (one Write of its internal buffer).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// requestError is a failure answered to the client: Status 400 for client
+// faults, 500 for engine failures, 200 for results the scheduler must see
+// verbatim (bind refused).
+type requestError struct {
+	Status int
+	Msg    string
+}
+
+func (e *requestError) Error() string { return e.Msg }
+
+func badRequest(format string, args ...any) *requestError {
+	return &requestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
+}
+
+func internalError(format string, args ...any) *requestError {
+	return &requestError{Status: http.StatusInternalServerError, Msg: fmt.Sprintf(format, args...)}
+}
+
+// decodeBody decodes exactly one JSON value of v's type from the request
+// body, capped at maxBodyBytes. Unknown fields are allowed (newer
+// schedulers may send more); everything else that is not one well-typed
+// JSON value is a client fault.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what string) *requestError {
+	if r.Body == nil || r.Body == http.NoBody {
+		return badRequest("empty request body: expected a JSON %s", what)
+	}
+	body := http.MaxBytesReader(w, r.Body, s.maxBodyBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		return s.describeDecodeError(err, what)
+	}
+	// Only whitespace may follow the value.
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return s.describeDecodeError(err, what)
+		}
+		if err != nil {
+			return badRequest("invalid data after the JSON %s: %v", what, err)
+		}
+		return badRequest("unexpected data after the JSON %s (starting with %v)", what, tok)
+	}
+	return nil
+}
+
+func (s *Server) describeDecodeError(err error, what string) *requestError {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return badRequest("request body exceeds %d bytes (MaxBodyBytes)", mbe.Limit)
+	case errors.Is(err, io.EOF):
+		return badRequest("empty request body: expected a JSON %s", what)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("truncated JSON %s", what)
+	case errors.As(err, &se):
+		return badRequest("malformed JSON %s at byte %d: %v", what, se.Offset, se)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return badRequest("wrong type in JSON %s: field %s is a JSON %s, want %v", what, field, te.Value, te.Type)
+	default:
+		return badRequest("cannot decode JSON %s: %v", what, err)
+	}
+}
+
+// requireMethod answers 405 unless r uses method.
+func requireMethod(w http.ResponseWriter, r *http.Request, method string) bool {
+	if r.Method == method {
+		return true
+	}
+	w.Header().Set("Allow", method)
+	writeJSON(w, http.StatusMethodNotAllowed,
+		errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, method)})
+	return false
+}
+
+// verbCall carries what one extender call learned, for logs and metrics.
+type verbCall struct {
+	verb     string
+	start    time.Time
+	pod      string
+	nodes    int
+	rejected int
+}
+
+// finish writes the answer, records the duration and logs. A requestError
+// becomes errBody(msg) with its status, unless body is already set (bind
+// answers its own result type with Error filled in).
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, c *verbCall, body any, rerr *requestError, errBody func(string) any) {
+	status := http.StatusOK
+	result := resultOK
+	msg := ""
+	if rerr != nil {
+		status, msg = rerr.Status, rerr.Msg
+		if body == nil {
+			body = errBody(msg)
+		}
+		if status == http.StatusBadRequest {
+			result = resultBadRequest
+		} else {
+			result = resultError
+		}
+	}
+	writeJSON(w, status, body)
+	d := time.Since(c.start)
+	s.metrics.observe(c.verb, result, d)
+
+	ctx := r.Context()
+	switch {
+	case status >= 500:
+		s.log.ErrorContext(ctx, "extender request failed",
+			"verb", c.verb, "pod", c.pod, "status", status, "error", msg, "duration", d)
+	case status >= 400:
+		s.log.WarnContext(ctx, "bad extender request",
+			"verb", c.verb, "pod", c.pod, "status", status, "error", msg, "remote", r.RemoteAddr, "duration", d)
+	case msg != "":
+		s.log.WarnContext(ctx, "extender request answered with an error",
+			"verb", c.verb, "pod", c.pod, "error", msg, "duration", d)
+	default:
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.DebugContext(ctx, "extender request",
+				"verb", c.verb, "pod", c.pod, "nodes", c.nodes, "rejected", c.rejected, "duration", d)
+		}
+	}
+}
+
+// withTimeout derives the request's evaluation context.
+func (s *Server) withTimeout(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.requestTimeout)
+}
+
+// evaluate calls the policy and checks the answer's shape; errors are
+// engine failures (500).
+func (s *Server) evaluate(ctx context.Context, req opa.PlacementRequest) (*opa.Placement, *requestError) {
+	p, err := s.policy.Evaluate(ctx, req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return nil, internalError("policy evaluation did not finish within the request timeout (%v): %v", s.requestTimeout, err)
+		}
+		return nil, internalError("policy evaluation failed: %v", err)
+	}
+	if p == nil {
+		return nil, internalError("policy evaluation failed: the engine returned no placement")
+	}
+	if len(p.Nodes) != len(req.Candidates) {
+		return nil, internalError("policy evaluation failed: the engine returned %d verdicts for %d candidate nodes",
+			len(p.Nodes), len(req.Candidates))
+	}
+	return p, nil
+}
