@@ -38,6 +38,10 @@ spec:
     spec:
       names:
         kind: `+kind+`
+      validation:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
   targets:
     - target: admission.k8s.gatekeeper.sh
 `)
@@ -312,5 +316,42 @@ func TestConcurrentEvaluationWhilePoliciesChange(t *testing.T) {
 	close(errc)
 	for err := range errc {
 		t.Error(err)
+	}
+}
+
+func TestParametersFollowTheSchema(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	ctx := context.Background()
+	tmpl := regoTemplate(t, "K8sNodeLabel", nodeLabelRego)
+	unstructured.SetNestedMap(tmpl.Object, map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"key":   map[string]any{"type": "string", "default": "disk"},
+			"value": map[string]any{"type": "string", "enum": []any{"ssd", "hdd"}},
+		},
+	}, "spec", "crd", "spec", "validation", "openAPIV3Schema")
+	apply(t, e, tmpl, node("n1", map[string]string{"disk": "hdd"}))
+
+	for name, params := range map[string]map[string]any{
+		"wrong type":    {"key": 3, "value": "ssd"},
+		"not in enum":   {"value": "nvme"},
+		"unknown field": {"value": "ssd", "kee": "disk"},
+	} {
+		errs := e.Apply(ctx, []opa.Change{{Object: constraintObj(t, "K8sNodeLabel", "c", params)}})
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "spec.parameters") {
+			t.Errorf("%s: errors = %v", name, errs)
+		}
+	}
+	// The default fills the missing key.
+	apply(t, e, constraintObj(t, "K8sNodeLabel", "c", map[string]any{"value": "ssd"}))
+	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); !strings.Contains(v[0], "node lacks disk=ssd") {
+		t.Errorf("verdict = %v", v)
+	}
+	// A later bad version is refused and the good one stays.
+	if errs := e.Apply(ctx, []opa.Change{{Object: constraintObj(t, "K8sNodeLabel", "c", map[string]any{"value": 1})}}); len(errs) != 1 {
+		t.Fatalf("errors = %v", errs)
+	}
+	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); !strings.Contains(v[0], "node lacks disk=ssd") {
+		t.Errorf("verdict after a refused update = %v", v)
 	}
 }

@@ -19,8 +19,6 @@ type constraint struct {
 	// action at this enforcement point; "" when the constraint is scoped
 	// to other enforcement points only.
 	action Action
-	// parameters as an AST value, built once: every review shares it.
-	parameters ast.Value
 	// rawParameters is spec.parameters as given, for schema checks.
 	rawParameters map[string]any
 	match         *matcher
@@ -36,9 +34,11 @@ func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*co
 	if key.Kind == "" || key.Name == "" {
 		return nil, fmt.Errorf("%w: kind and metadata.name are required", ErrInvalidConstraint)
 	}
-	spec, _, err := unstructured.NestedMap(u.Object, "spec")
-	if err != nil {
-		return nil, fmt.Errorf("%w: spec: %v", ErrInvalidConstraint, err)
+	// NoCopy: a deep copy panics on values that are not JSON types.
+	rawSpec, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec")
+	spec, ok := rawSpec.(map[string]any)
+	if rawSpec != nil && !ok {
+		return nil, fmt.Errorf("%w: spec must be an object", ErrInvalidConstraint)
 	}
 	params := map[string]any{}
 	if p, ok := spec["parameters"]; ok && p != nil {
@@ -48,8 +48,7 @@ func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*co
 		}
 		params = m
 	}
-	paramValue, err := ast.InterfaceToValue(params)
-	if err != nil {
+	if _, err := ast.InterfaceToValue(params); err != nil {
 		return nil, fmt.Errorf("%w: spec.parameters: %v", ErrInvalidConstraint, err)
 	}
 	action, err := resolveAction(u, spec, enforcementPoint)
@@ -65,7 +64,6 @@ func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*co
 		key:           key,
 		generation:    u.GetGeneration(),
 		action:        action,
-		parameters:    paramValue,
 		rawParameters: params,
 		match:         m,
 		content:       string(content),

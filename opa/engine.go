@@ -81,7 +81,8 @@ type templateState struct {
 
 type constraintState struct {
 	current *constraint
-	err     error
+	err     error // last rejected version
+	bindErr error // the version in force does not fit its template's schema
 }
 
 // snapshot is one consistent policy set.
@@ -109,6 +110,8 @@ type boundConstraint struct {
 	tmpl    *compiledTemplate
 	memo    *memo
 	classes *nodeClasses
+	// parameters are the constraint's, defaulted by the template's schema.
+	parameters ast.Value
 	// analysis is the template's with this constraint's parameters known.
 	analysis *analysis
 	// keyInputPaths are the input paths of the memo key (parameters are
@@ -116,16 +119,24 @@ type boundConstraint struct {
 	keyInputPaths [][]*ast.Term
 }
 
-func bind(c *constraint, ct *compiledTemplate, m *memo) *boundConstraint {
-	bc := &boundConstraint{c: c, tmpl: ct, memo: m, classes: newNodeClasses()}
-	bc.analysis = analyzeTemplate(ct.compiler, ct.rules, templateRoot(ct.t.kind), c.parameters)
+func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error) {
+	params, err := checkParameters(ct.t.schema, c.rawParameters, ct.t.legacySchema)
+	if err != nil {
+		return nil, err
+	}
+	pv, err := ast.InterfaceToValue(params)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spec.parameters: %v", ErrInvalidConstraint, err)
+	}
+	bc := &boundConstraint{c: c, tmpl: ct, memo: m, classes: newNodeClasses(), parameters: pv}
+	bc.analysis = analyzeTemplate(ct.compiler, ct.rules, templateRoot(ct.t.kind), pv)
 	for _, p := range bc.analysis.inputPaths {
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
 			continue
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
 	}
-	return bc
+	return bc, nil
 }
 
 // generationPath holds the inventory generation inside the store, so that
@@ -283,6 +294,16 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 			if st.current != nil && st.err == nil && st.current.content == c.content {
 				continue
 			}
+			if t := e.templateForKind(key.Kind, templatesChanged); t != nil {
+				if _, err := checkParameters(t.schema, c.rawParameters, t.legacySchema); err != nil {
+					e.stats.constraintErrors.Add(1)
+					st.err = err
+					e.log.Warn("constraint rejected; the previous version stays in force", "constraint", key.String(), "err", err)
+					fail(ref, err)
+					constraintsChanged = true
+					continue
+				}
+			}
 			st.current, st.err = c, nil
 			constraintsChanged = true
 		default:
@@ -325,6 +346,25 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 		errs = append(errs, ierrs...)
 	}
 	return errs
+}
+
+// templateForKind finds the template that will define kind after this
+// batch: one changed in it, else the one in force.
+func (e *Engine) templateForKind(kind string, changed map[string]*template) *template {
+	for _, t := range changed {
+		if t != nil && t.kind == kind {
+			return t
+		}
+	}
+	for name, st := range e.templates {
+		if t, deleting := changed[name]; deleting && t == nil {
+			continue
+		}
+		if st.current != nil && st.current.kind == kind {
+			return st.current
+		}
+	}
+	return nil
 }
 
 func sameVersion(rv string, u *unstructured.Unstructured) bool {
@@ -430,14 +470,19 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 			next.constraints = append(next.constraints, prev)
 			continue
 		}
+		m := newMemo(e.opts.MemoEntries)
 		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl.t == ct.t {
 			// Same constraint, same template recompiled with others: the
 			// verdicts stand, the queries are new.
-			bc := bind(st.current, ct, prev.memo)
-			next.constraints = append(next.constraints, bc)
+			m = prev.memo
+		}
+		bc, err := bind(st.current, ct, m)
+		st.bindErr = err
+		if err != nil {
+			// The template's schema changed under the constraint.
 			continue
 		}
-		next.constraints = append(next.constraints, bind(st.current, ct, newMemo(e.opts.MemoEntries)))
+		next.constraints = append(next.constraints, bc)
 	}
 	sort.Slice(next.constraints, func(i, j int) bool {
 		a, b := next.constraints[i].c.key, next.constraints[j].c.key

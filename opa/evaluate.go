@@ -304,7 +304,7 @@ func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]r
 	if err := r.ctx.Err(); err != nil {
 		return nil, fmt.Errorf("evaluation stopped: %w", err)
 	}
-	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.c.parameters)))
+	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
 	query := bc.tmpl.query
 	if r.override && (bc.analysis.inventoryOther || perNode) {
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, r.nodes))

@@ -48,6 +48,9 @@ func (e *Engine) Status() Status {
 		if st.err != nil {
 			cs.Error = st.err.Error()
 		}
+		if st.bindErr != nil {
+			cs.Error = st.bindErr.Error()
+		}
 		if st.current != nil {
 			cs.Action = st.current.action
 			cs.ObservedGeneration = st.current.generation

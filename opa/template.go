@@ -29,6 +29,9 @@ type template struct {
 	texts map[string][]byte
 	// schema is spec.crd.spec.validation.openAPIV3Schema (may be nil).
 	schema map[string]any
+	// legacySchema: v1beta1 and v1alpha1 templates keep unknown parameter
+	// fields, as Gatekeeper's legacy schemas do.
+	legacySchema bool
 	// source is the object as given, to compare versions.
 	resourceVersion string
 }
@@ -72,7 +75,8 @@ func parseTemplate(u *unstructured.Unstructured) (*template, error) {
 	if err != nil {
 		return nil, err
 	}
-	schema, _, _ := unstructured.NestedMap(u.Object, "spec", "crd", "spec", "validation", "openAPIV3Schema")
+	rawSchema, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "crd", "spec", "validation", "openAPIV3Schema")
+	schema, _ := rawSchema.(map[string]any)
 	t := &template{
 		name:            name,
 		kind:            kind,
@@ -80,6 +84,7 @@ func parseTemplate(u *unstructured.Unstructured) (*template, error) {
 		modules:         map[string]*ast.Module{},
 		texts:           map[string][]byte{},
 		schema:          schema,
+		legacySchema:    u.GroupVersionKind().Version != "v1",
 		resourceVersion: u.GetResourceVersion(),
 	}
 	if err := t.addModules(src); err != nil {
@@ -92,9 +97,10 @@ func parseTemplate(u *unstructured.Unstructured) (*template, error) {
 // `rego` field (Rego v0) wins over a `code` entry of engine Rego, whose
 // source is Rego v1 only when it says version "v1".
 func templateRego(u *unstructured.Unstructured) (regoSource, error) {
-	targets, found, err := unstructured.NestedSlice(u.Object, "spec", "targets")
-	if err != nil {
-		return regoSource{}, fmt.Errorf("%w: spec.targets: %v", ErrInvalidTemplate, err)
+	raw, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "targets")
+	targets, ok := raw.([]any)
+	if found && !ok {
+		return regoSource{}, fmt.Errorf("%w: spec.targets must be a list", ErrInvalidTemplate)
 	}
 	if !found || len(targets) != 1 {
 		return regoSource{}, fmt.Errorf("%w: exactly one target is required, found %d", ErrInvalidTemplate, len(targets))

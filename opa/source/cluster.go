@@ -255,7 +255,8 @@ func (c *Cluster) onDelete(w *watched, obj any) {
 func (c *Cluster) onConfig(u *unstructured.Unstructured) {
 	want := map[schema.GroupVersionResource]bool{}
 	if u != nil {
-		entries, _, _ := unstructured.NestedSlice(u.Object, "spec", "sync", "syncOnly")
+		raw, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "sync", "syncOnly")
+		entries, _ := raw.([]any)
 		for _, e := range entries {
 			m, _ := e.(map[string]any)
 			gvk := schema.GroupVersionKind{Group: fmt.Sprint(m["group"]), Version: fmt.Sprint(m["version"]), Kind: fmt.Sprint(m["kind"])}
