@@ -24,9 +24,11 @@ type ListenConfig struct {
 	// Secret is picked up without a restart; a pair that fails to load is
 	// logged and the previous one kept.
 	TLSCertFile, TLSKeyFile string
-	// ClientCAFile, with TLS, requires every client to present a
-	// certificate signed by one of these CAs (tls.RequireAndVerifyClientCert).
-	// Read once, at start.
+	// ClientCAFile, with TLS, requires a certificate signed by one of these
+	// CAs on the extender verbs and debug endpoints (a certificate that is
+	// given is always verified in the handshake); /livez, /healthz,
+	// /readyz and /metrics stay reachable without one, for the kubelet's
+	// probes and Prometheus. Read once, at start.
 	ClientCAFile string
 	// ShutdownTimeout bounds the graceful shutdown when ctx is cancelled:
 	// in-flight requests get this long to finish. Zero means
@@ -83,7 +85,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, cfg ListenConfig, t
 		scheme = "https"
 	}
 	s.log.Info("serving", "address", ln.Addr().String(), "scheme", scheme,
-		"clientCertificates", tlsConf != nil && tlsConf.ClientAuth == tls.RequireAndVerifyClientCert,
+		"clientCertificates", tlsConf != nil && tlsConf.ClientCAs != nil,
 		"enforcementPoint", s.enforcementPoint, "requestTimeout", s.requestTimeout,
 		"debug", s.debug, "pprof", s.pprof, "binder", s.binder != nil)
 
@@ -152,7 +154,11 @@ func (s *Server) tlsConfig(cfg ListenConfig) (*tls.Config, error) {
 			return nil, fmt.Errorf("server: client CA file %s holds no PEM certificate", cfg.ClientCAFile)
 		}
 		conf.ClientCAs = pool
-		conf.ClientAuth = tls.RequireAndVerifyClientCert
+		// Verified when given; required by requireClientCert on every
+		// route but the probes and /metrics, which the kubelet and
+		// Prometheus reach without a client certificate.
+		conf.ClientAuth = tls.VerifyClientCertIfGiven
+		s.clientCertRequired.Store(true)
 	}
 	return conf, nil
 }

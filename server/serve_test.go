@@ -161,10 +161,29 @@ func TestServeTLSClientCertificates(t *testing.T) {
 	}
 	url := "https://" + addr + "/filter"
 
-	// Without a client certificate: refused.
-	if resp, err := client().Post(url, "application/json", strings.NewReader(validBody(t, "/filter"))); err == nil {
+	// Without a client certificate: refused on the verbs and debug
+	// endpoints, served on the probes (the kubelet has no certificate).
+	for _, path := range []string{"/filter", "/debug/explain"} {
+		resp, err := client().Post("https://"+addr+path, "application/json", strings.NewReader(validBody(t, "/filter")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		t.Fatalf("a client without a certificate got %s", resp.Status)
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "client certificate") {
+			t.Fatalf("%s without a client certificate: %s %s", path, resp.Status, body)
+		}
+	}
+	if resp, err := client().Get("https://" + addr + "/readyz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz without a client certificate: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// A certificate from another CA is refused in the handshake.
+	other := newTestPKI(t)
+	if resp, err := client(other.clientCert).Post(url, "application/json", strings.NewReader(validBody(t, "/filter"))); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a client with a certificate of another CA got %s", resp.Status)
 	}
 	// With one: served.
 	resp, err := client(pki.clientCert).Post(url, "application/json", strings.NewReader(validBody(t, "/filter")))

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -39,6 +40,9 @@ type Server struct {
 
 	metrics *metrics
 	handler http.Handler
+
+	// clientCertRequired is set when serving with a client CA.
+	clientCertRequired atomic.Bool
 
 	checksMu sync.RWMutex
 	checks   []ReadinessCheck
@@ -117,13 +121,9 @@ func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(s.recoverer)
 
-	// Extender verbs. They check the method themselves so that a wrong
-	// method gets a 405 with Allow: POST and a JSON Error body.
-	r.HandleFunc("/filter", s.handleFilter)
-	r.HandleFunc("/prioritize", s.handlePrioritize)
-	r.HandleFunc("/preempt", s.handlePreempt)
-	r.HandleFunc("/bind", s.handleBind)
-
+	// Probes and metrics are open: the kubelet and Prometheus present no
+	// client certificate. Everything else needs one when a client CA is
+	// configured.
 	r.Get("/livez", s.handleLivez)
 	r.Get("/healthz", s.handleLivez)
 	r.Get("/readyz", s.handleReadyz)
@@ -134,6 +134,34 @@ func (s *Server) routes() http.Handler {
 			ErrorHandling: promhttp.ContinueOnError,
 		}),
 	))
+
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireClientCert)
+		s.protectedRoutes(r)
+	})
+	return r
+}
+
+// requireClientCert refuses requests without a verified client
+// certificate when the server runs with a client CA.
+func (s *Server) requireClientCert(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.clientCertRequired.Load() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			s.log.WarnContext(r.Context(), "request without a verified client certificate refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "a client certificate signed by the configured client CA is required"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) protectedRoutes(r chi.Router) {
+	// Extender verbs. They check the method themselves so that a wrong
+	// method gets a 405 with Allow: POST and a JSON Error body.
+	r.HandleFunc("/filter", s.handleFilter)
+	r.HandleFunc("/prioritize", s.handlePrioritize)
+	r.HandleFunc("/preempt", s.handlePreempt)
+	r.HandleFunc("/bind", s.handleBind)
 
 	if s.debug {
 		r.Get("/debug/policies", s.handlePolicies)
@@ -146,7 +174,6 @@ func (s *Server) routes() http.Handler {
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		r.HandleFunc("/debug/pprof/*", pprof.Index) // index and named profiles
 	}
-	return r
 }
 
 // errorBody is the answer shape for failures of verbs whose result type has
