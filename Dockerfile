@@ -1,0 +1,21 @@
+# syntax=docker/dockerfile:1
+# Multi-stage: a static binary on distroless, running as nonroot.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY cmd ./cmd
+COPY opa ./opa
+COPY server ./server
+ARG VERSION=dev
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" \
+    -o /out/opa-scheduler-extender ./cmd/opa-scheduler-extender
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/opa-scheduler-extender /opa-scheduler-extender
+# The example policies, for `--policy-dir /policies` without a cluster.
+COPY deploy/examples /policies
+USER 65532:65532
+EXPOSE 8443
+ENTRYPOINT ["/opa-scheduler-extender"]
+CMD ["serve", "--listen=:8443"]
