@@ -355,3 +355,29 @@ func TestParametersFollowTheSchema(t *testing.T) {
 		t.Errorf("verdict after a refused update = %v", v)
 	}
 }
+
+func TestNetworkBuiltinsAreUnavailable(t *testing.T) {
+	send := `package send
+violation[{"msg": "reached out"}] {
+  resp := http.send({"method": "GET", "url": "http://127.0.0.1:1/"})
+  resp.status_code == 200
+}`
+	for name, rego := range map[string]string{
+		"http.send":          send,
+		"net.lookup_ip_addr": "package lookup\nviolation[{\"msg\": \"x\"}] { net.lookup_ip_addr(\"example.com\") }",
+		"opa.runtime":        "package rt\nviolation[{\"msg\": \"x\"}] { opa.runtime().env }",
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, opa.Options{})
+			errs := e.Apply(context.Background(), []opa.Change{{Object: regoTemplate(t, "K8sNet", rego)}})
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), "undefined function") {
+				t.Fatalf("errors = %v, want the builtin refused at compile time", errs)
+			}
+		})
+	}
+	// Allowed on request.
+	e := newEngine(t, opa.Options{AllowNetworkBuiltins: true})
+	if errs := e.Apply(context.Background(), []opa.Change{{Object: regoTemplate(t, "K8sNet", send)}}); len(errs) > 0 {
+		t.Fatalf("with AllowNetworkBuiltins: %v", errs)
+	}
+}
