@@ -1,0 +1,218 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+)
+
+// .ci/run passes -soak 60s; a plain `go test` runs a short version.
+var soakDuration = flag.Duration("soak", 4*time.Second, "how long TestSoakWithPolicyChurn runs")
+
+// TestSoakWithPolicyChurn: concurrent filter and prioritize through HTTP
+// against the real engine, fed by the real folder source, while templates,
+// constraints and nodes change every 100ms. Every answer must be a
+// success whose denials the policy explains (a message naming a
+// constraint); no goroutine may leak; the heap must not grow without
+// bound.
+func TestSoakWithPolicyChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	goroutinesBefore := runtime.NumGoroutine()
+	dir := t.TempDir()
+	examples := filepath.Join("..", "deploy", "examples")
+	for _, sub := range []string{"tenant-isolation", "spot-toleration", "privileged-nodes", "node-preference"} {
+		for _, f := range []string{"template.yaml", "constraint.yaml"} {
+			b, err := os.ReadFile(filepath.Join(examples, sub, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, sub, f), b)
+		}
+	}
+	write(t, filepath.Join(dir, "namespaces.yaml"), mustRead(t, filepath.Join(examples, "inventory", "namespaces.yaml")))
+	writeNodes(t, dir, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	engine, err := opa.New(ctx, opa.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	folder := source.NewDir(dir, engine, source.DirOptions{Interval: 50 * time.Millisecond})
+	if err := folder.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { defer bg.Done(); folder.Run(ctx) }()
+	srv, err := New(Options{Policy: engine, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+
+	deadline := time.Now().Add(*soakDuration)
+	var requests, denials atomic.Int64
+	errc := make(chan error, 16)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			client := ts.Client()
+			names := make([]string, 40)
+			for i := range names {
+				names[i] = fmt.Sprintf("node-%d", i)
+			}
+			for i := 0; time.Now().Before(deadline); i++ {
+				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", w, i), Namespace: []string{"alpha", "beta", "default"}[i%3], UID: "u", Labels: map[string]string{"prefer-zone": "a"}},
+					Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "nginx"}}, HostNetwork: i%5 == 0}}
+				body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
+				verb := []string{"/filter", "/prioritize"}[i%2]
+				resp, err := client.Post(ts.URL+verb, "application/json", bytes.NewReader(body))
+				if err != nil {
+					errc <- err
+					return
+				}
+				out, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				requests.Add(1)
+				if resp.StatusCode != 200 {
+					errc <- fmt.Errorf("%s: %d %s", verb, resp.StatusCode, out)
+					return
+				}
+				if verb == "/filter" {
+					var res extenderv1.ExtenderFilterResult
+					if err := json.Unmarshal(out, &res); err != nil || res.Error != "" {
+						errc <- fmt.Errorf("filter: %v %s", err, res.Error)
+						return
+					}
+					for node, msg := range res.FailedAndUnresolvableNodes {
+						denials.Add(1)
+						if !strings.HasPrefix(msg, "[") || strings.Contains(msg, "eval_") || strings.Contains(msg, "error") {
+							errc <- fmt.Errorf("node %s denied for a reason no policy gives: %q", node, msg)
+							return
+						}
+					}
+				}
+			}
+		}(w)
+	}
+	// Churn: every 100ms a template, a constraint or the nodes change.
+	var heap []uint64
+	for i := 0; time.Now().Before(deadline); i++ {
+		switch i % 3 {
+		case 0:
+			writeNodes(t, dir, i)
+		case 1:
+			b := mustRead(t, filepath.Join(examples, "tenant-isolation", "template.yaml"))
+			write(t, filepath.Join(dir, "tenant-isolation", "template.yaml"), append(b, []byte(fmt.Sprintf("# revision %d\n", i))...))
+		case 2:
+			b := mustRead(t, filepath.Join(examples, "spot-toleration", "constraint.yaml"))
+			b = bytes.Replace(b, []byte("tolerationKey: spot"), []byte(fmt.Sprintf("tolerationKey: spot-%d", i%4)), 1)
+			write(t, filepath.Join(dir, "spot-toleration", "constraint.yaml"), b)
+		}
+		if i%50 == 0 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heap = append(heap, ms.HeapAlloc)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if requests.Load() == 0 || denials.Load() == 0 {
+		t.Errorf("requests %d, denials %d: the soak did not exercise the policy", requests.Load(), denials.Load())
+	}
+	st := engine.Status()
+	if st.Generation < 3 {
+		t.Errorf("policy generation %d: the churn did not reach the engine", st.Generation)
+	}
+	t.Logf("%d requests, %d denials, %d policy generations in %v; heap samples (bytes) %v", requests.Load(), denials.Load(), st.Generation, *soakDuration, heap)
+	if len(heap) >= 3 && heap[len(heap)-1] > 3*heap[1]+64<<20 {
+		t.Errorf("heap grew from %d to %d bytes", heap[1], heap[len(heap)-1])
+	}
+
+	ts.Close()
+	cancel()
+	bg.Wait()
+	engine.Close(context.Background())
+	// Goroutines wind down (HTTP keep-alives, the SDK's plugin manager).
+	var after int
+	for i := 0; i < 50; i++ {
+		after = runtime.NumGoroutine()
+		if after <= goroutinesBefore+2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if after > goroutinesBefore+2 {
+		buf := make([]byte, 1<<16)
+		n := runtime.Stack(buf, true)
+		t.Errorf("goroutines: %d before, %d after\n%s", goroutinesBefore, after, buf[:n])
+	}
+}
+
+func writeNodes(t *testing.T, dir string, round int) {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i < 40; i++ {
+		labels := map[int]string{0: "tenant: alpha", 1: "tenant: beta", 2: "node.kubernetes.io/lifecycle: spot", 3: "topology.kubernetes.io/zone: zone-a"}[(i+round)%5]
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-%d\n  labels:\n    kubernetes.io/hostname: node-%d\n", i, i)
+		if labels != "" {
+			fmt.Fprintf(&b, "    %s\n", labels)
+		}
+	}
+	write(t, filepath.Join(dir, "nodes.yaml"), []byte(b.String()))
+}
+
+func write(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Write then rename: the folder source never sees a half-written file
+	// here (that case has its own test).
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
