@@ -152,7 +152,9 @@ func TestSchedulerThroughput(t *testing.T) {
 			if n != s.pods {
 				t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qps.name, n, s.pods)
 			}
-			go func() { _ = c.Client().CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}) }()
+			go func() {
+				_ = c.Client().CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+			}()
 		}
 	}
 	byKey := map[string]float64{}
