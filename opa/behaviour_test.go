@@ -190,12 +190,16 @@ violation[{"msg": "slow"}] {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("default", "p"), Candidates: []opa.Candidate{{Name: "n1"}}})
-	if err == nil || !strings.Contains(err.Error(), "deadline") {
-		t.Fatalf("error = %v, want a deadline error", err)
+	res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("default", "p"), Candidates: []opa.Candidate{{Name: "n1"}}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("evaluation took %v after a 100ms deadline", d)
+	}
+	v := res.Nodes[0]
+	if !v.Denied() || len(v.Violations) != 1 || !v.Violations[0].Error || !strings.Contains(v.Violations[0].Message, "deadline") {
+		t.Fatalf("verdict %+v: want the node denied because the deadline stopped the evaluation", v)
 	}
 }
 

@@ -299,10 +299,13 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool) ([]result, bool, err
 }
 
 // eval runs the template's query on one review. Evaluation errors become
-// violations (fail closed); only a cancelled request returns an error.
+// violations (fail closed), and so does the request's deadline: a
+// template that runs too long denies the nodes it could not judge, with
+// the reason, and the rest of the answer still goes back.
 func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]result, error) {
 	if err := r.ctx.Err(); err != nil {
-		return nil, fmt.Errorf("evaluation stopped: %w", err)
+		r.e.stats.evalErrors.Add(1)
+		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true}}, nil
 	}
 	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
 	query := bc.tmpl.query
@@ -313,10 +316,10 @@ func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]r
 	r.e.stats.evaluations.Add(1)
 	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
 	if err != nil {
-		if ctxErr := r.ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("evaluation of %s stopped: %w", bc.c.key, ctxErr)
-		}
 		r.e.stats.evalErrors.Add(1)
+		if ctxErr := r.ctx.Err(); ctxErr != nil {
+			return []result{{msg: "evaluation stopped (the request's deadline): " + ctxErr.Error(), err: true}}, nil
+		}
 		return []result{{msg: err.Error(), err: true}}, nil
 	}
 	res := toResults(rs)
