@@ -396,3 +396,41 @@ func TestAPIServerOutage(t *testing.T) {
 }
 
 var _ = apierrors.IsNotFound
+
+// TestServiceRestart: while the service is down the scheduler cannot
+// place pods (the extender is not ignorable); once it is back, the pending
+// pods are scheduled without anyone touching them.
+func TestServiceRestart(t *testing.T) {
+	mustEnv(t)
+	c := cluster.Start(t, cluster.Options{})
+	ctx := context.Background()
+	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	createNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
+	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
+	installPolicy(t, c, tenantT, tenantC)
+	svc := startService(t, c, serviceOptions{})
+	addr := strings.TrimPrefix(svc.URL, "http://")
+	sched := c.StartScheduler(t, cluster.SchedulerOptions{Extenders: []configv1.Extender{extender(svc.URL, true, false)}, ExtraConfig: fastRetries})
+	defer sched.Stop()
+	createPod(t, c, cluster.PausePod("alpha", "before", nil))
+	boundNode(t, c, "alpha", "before", 30*time.Second)
+
+	svc.Stop()
+	for i := 0; i < 3; i++ {
+		createPod(t, c, cluster.PausePod("alpha", "while-down-"+string(rune('a'+i)), nil))
+	}
+	failedSchedulingMessage(t, c, "alpha", "while-down-a", "", 30*time.Second)
+	stillPending(t, c, "alpha", "while-down-a", 2*time.Second)
+
+	start := time.Now()
+	startService(t, c, serviceOptions{Addr: addr})
+	for i := 0; i < 3; i++ {
+		if n := boundNode(t, c, "alpha", "while-down-"+string(rune('a'+i)), 60*time.Second); n != "alpha-1" {
+			t.Errorf("pod bound to %s, want alpha-1", n)
+		}
+	}
+	t.Logf("pending pods scheduled %v after the service came back", time.Since(start).Round(time.Millisecond))
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ type service struct {
 	Nudger  *source.Nudger
 	stop    context.CancelFunc
 	done    chan error
+	once    sync.Once
 }
 
 type serviceOptions struct {
@@ -48,6 +50,8 @@ type serviceOptions struct {
 	Config *rest.Config
 	// NoNudge turns the requeue nudge off.
 	NoNudge bool
+	// Addr to listen on (default: a free loopback port).
+	Addr string
 }
 
 func startService(t *testing.T, c *cluster.Cluster, opts serviceOptions) *service {
@@ -91,22 +95,31 @@ func startService(t *testing.T, c *cluster.Cluster, opts serviceOptions) *servic
 		cancel()
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	s.URL = "http://" + ln.Addr().String()
 	go func() { s.done <- srv.ServeListener(ctx, ln, server.ListenConfig{ShutdownTimeout: 2 * time.Second}) }()
-	t.Cleanup(func() {
-		cancel()
-		<-s.done
-		engine.Close(context.Background())
-	})
+	t.Cleanup(s.Stop)
 	if err := waitReady(s.URL, 60*time.Second); err != nil {
 		t.Fatalf("service not ready: %v", err)
 	}
 	return s
+}
+
+// Stop shuts the service down (idempotent).
+func (s *service) Stop() {
+	s.once.Do(func() {
+		s.stop()
+		<-s.done
+		s.Engine.Close(context.Background())
+	})
 }
 
 func waitReady(url string, timeout time.Duration) error {
