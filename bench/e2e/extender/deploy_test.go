@@ -65,12 +65,8 @@ func createObject(t *testing.T, c *cluster.Cluster, m meta.RESTMapper, u *unstru
 // (server-side dry run), and the service does its whole job under the
 // ClusterRole of deploy/base/rbac.yaml, and nothing more.
 func TestManifestsAndLeastPrivilege(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	m := mapper(t, c)
 	for i, f := range manifests {
 		if i == 1 {

@@ -28,12 +28,8 @@ import (
 )
 
 func TestPlacementThroughTheScheduler(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
 	createNamespace(t, c, "shared", nil)
 	createNodes(t, c, map[string]map[string]string{
@@ -104,12 +100,8 @@ func TestPlacementThroughTheScheduler(t *testing.T) {
 }
 
 func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
 	createNodes(t, c, map[string]map[string]string{"general-1": nil, "general-2": nil})
 	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
@@ -205,12 +197,8 @@ func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 }
 
 func TestBindAndPreemption(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	createNamespace(t, c, "work", nil)
 	// Two nodes of 4 CPUs; every pod here asks for 3.
 	if _, err := c.CreateNodes(ctx, 2, func(i int) *corev1.Node {
@@ -304,16 +292,8 @@ func metricValue(t *testing.T, url, series string) float64 {
 }
 
 func TestAPIServerOutage(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newTenantCluster(t, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
 	svc := startService(t, c, serviceOptions{NoNudge: true})
 
 	filter := func() *extenderv1.ExtenderFilterResult {
@@ -401,16 +381,7 @@ var _ = apierrors.IsNotFound
 // place pods (the extender is not ignorable); once it is back, the pending
 // pods are scheduled without anyone touching them.
 func TestServiceRestart(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
-	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	c := newTenantCluster(t, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
 	svc := startService(t, c, serviceOptions{})
 	addr := strings.TrimPrefix(svc.URL, "http://")
 	sched := c.StartScheduler(t, cluster.SchedulerOptions{Extenders: []configv1.Extender{extender(svc.URL, true, false)}, ExtraConfig: fastRetries})

@@ -318,6 +318,29 @@ func gvrOf(u *unstructured.Unstructured, resource string) schema.GroupVersionRes
 	return schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource}
 }
 
+// newCluster starts a control plane with Gatekeeper's CRDs installed.
+func newCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	mustEnv(t)
+	c := cluster.Start(t, cluster.Options{})
+	if err := c.InstallGatekeeperCRDs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newTenantCluster adds the tenant-isolation example policy, namespace
+// alpha (tenant=alpha) and the given nodes.
+func newTenantCluster(t *testing.T, nodes map[string]map[string]string) *cluster.Cluster {
+	t.Helper()
+	c := newCluster(t)
+	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	createNodes(t, c, nodes)
+	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
+	installPolicy(t, c, tenantT, tenantC)
+	return c
+}
+
 func mustEnv(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(repoRoot, "deploy", "examples")); err != nil {

@@ -47,12 +47,8 @@ func (n nodeInfos) Get(name string) (fwk.NodeInfo, error) {
 // Filter, Prioritize, ProcessPreemption and Bind round-trip without error
 // and give the expected nodes, in both nodeCacheCapable modes.
 func TestSchedulersOwnHTTPExtenderClient(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
 	nodes := map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "beta-1": {"tenant": "beta"}, "shared-1": nil}
 	createNodes(t, c, nodes)

@@ -17,12 +17,8 @@ import (
 // later filter answer uses (informer event, batching, compile-free swap).
 // It asserts only that each change arrives; the figures are logged.
 func TestPolicyChangeLatencyThroughTheAPI(t *testing.T) {
-	mustEnv(t)
-	c := cluster.Start(t, cluster.Options{})
+	c := newCluster(t)
 	ctx := context.Background()
-	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
 	tmpl, con := examplePolicy(t, "tenant-isolation")
 	installPolicy(t, c, tmpl, con)
 	svc := startService(t, c, serviceOptions{NoNudge: true})
