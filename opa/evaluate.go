@@ -90,6 +90,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 				return nil, fmt.Errorf("node %s is not an object", c.Name)
 			}
 			r.slots[i].value = v
+			r.slots[i].fromRequest = true
 			r.override = true
 		} else if inventoryNodes != nil {
 			if t := inventoryNodes.Get(ast.StringTerm(c.Name)); t != nil {
@@ -163,6 +164,8 @@ type request struct {
 type nodeSlot struct {
 	name  string
 	value ast.Value // nil: unknown node
+	// fromRequest: the node came with the request, not from the inventory.
+	fromRequest bool
 	// review is the pod's review with spec.nodeName set to this node,
 	// built on first need.
 	review *ast.Term
@@ -209,7 +212,7 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		}
 		class := 0
 		if e != nil && readsNode {
-			class = bc.classes.of(r.slots[i].value, bc.project)
+			class = bc.classes.of(r.slots[i].value, !r.slots[i].fromRequest, bc.project)
 		}
 		if e != nil {
 			if res, ok := e.get(class); ok {

@@ -93,31 +93,39 @@ func newNodeClasses() *nodeClasses {
 
 // of returns node's class; project computes its projection on a miss.
 // Node values are immutable once in the inventory (an update stores a new
-// value), so caching by identity is exact.
-func (c *nodeClasses) of(node ast.Value, project func(ast.Value) *ast.Array) int {
-	c.mu.RLock()
-	id, ok := c.byPtr[node]
-	c.mu.RUnlock()
-	if ok {
-		return id
+// value), so caching by identity is exact. Nodes sent in a request are new
+// values every time: remember is false for them, so that they are not
+// kept alive by the cache.
+func (c *nodeClasses) of(node ast.Value, remember bool, project func(ast.Value) *ast.Array) int {
+	if remember {
+		c.mu.RLock()
+		id, ok := c.byPtr[node]
+		c.mu.RUnlock()
+		if ok {
+			return id
+		}
 	}
 	key := project(node)
 	h := key.Hash()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.byPtr) >= maxNodeClassCache {
+	if len(c.byPtr) >= maxNodeClassCache || len(c.byKey) >= maxNodeClassCache {
 		c.byPtr = map[ast.Value]int{}
 		c.byKey = map[int][]classEntry{}
 	}
 	for _, e := range c.byKey[h] {
 		if e.key.Compare(key) == 0 {
-			c.byPtr[node] = e.id
+			if remember {
+				c.byPtr[node] = e.id
+			}
 			return e.id
 		}
 	}
-	id = c.next
+	id := c.next
 	c.next++
 	c.byKey[h] = append(c.byKey[h], classEntry{key: key, id: id})
-	c.byPtr[node] = id
+	if remember {
+		c.byPtr[node] = id
+	}
 	return id
 }
