@@ -1,6 +1,9 @@
 package server
 
 import (
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+	"path/filepath"
+
 	"context"
 	"fmt"
 	"io"
@@ -73,3 +76,45 @@ func nodesBody(b *testing.B, n int) string {
 func BenchmarkFilterNames500(b *testing.B)     { benchVerb(b, "/filter", namesBody(b, 500)) }
 func BenchmarkPrioritizeNames500(b *testing.B) { benchVerb(b, "/prioritize", namesBody(b, 500)) }
 func BenchmarkFilterNodes100(b *testing.B)     { benchVerb(b, "/filter", nodesBody(b, 100)) }
+
+// BenchmarkFilterNodesEngine420 is the full-nodes mode end to end: the
+// example policies on the real engine, 420 full Node objects in the
+// request (what a 1000-node cluster's scheduler sends).
+func BenchmarkFilterNodesEngine420(b *testing.B) {
+	ctx := context.Background()
+	e, err := opa.New(ctx, opa.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	var changes []opa.Change
+	for _, p := range []string{"tenant-isolation", "spot-toleration", "privileged-nodes", "node-preference"} {
+		for _, f := range []string{"template.yaml", "constraint.yaml"} {
+			objs, err := source.ReadFile(filepath.Join("..", "deploy", "examples", p, f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			changes = append(changes, opa.Change{Object: objs[0]})
+		}
+	}
+	if errs := e.Apply(ctx, changes); len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	s, err := New(Options{Policy: e, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := s.Handler()
+	body := nodesBody(b, 420)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/filter", strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatal(rec.Body)
+		}
+	}
+}
