@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+)
+
+// scenario is one verb, one mode, one candidate count.
+type scenario struct {
+	verb  string
+	full  bool // Nodes (full objects) rather than NodeNames
+	nodes int
+}
+
+func (s scenario) mode() string {
+	if s.full {
+		return "nodes"
+	}
+	return "names"
+}
+
+func (s scenario) name() string { return fmt.Sprintf("%s/%s/%d", s.verb, s.mode(), s.nodes) }
+
+type client struct {
+	base string
+	http *http.Client
+	// streams counts the pod streams started, so that every scenario's
+	// pods (and its one-off images) are new to the service.
+	streams int
+}
+
+func newClient(base string, concurrency int) *client {
+	tr := &http.Transport{
+		MaxIdleConns:        concurrency + 2,
+		MaxIdleConnsPerHost: concurrency + 2,
+		DisableCompression:  true,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &client{base: base, http: &http.Client{Transport: tr, Timeout: time.Minute}}
+}
+
+// post sends one request, reads the whole answer and returns it with the
+// time from sending to the last byte of the answer.
+func (c *client) post(ctx context.Context, verb string, body []byte) ([]byte, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+verb, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil {
+		return nil, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("%s: HTTP %d: %.300s", verb, resp.StatusCode, out)
+	}
+	return out, d, nil
+}
+
+// timed sends one request and drains the answer without keeping it.
+func (c *client) timed(ctx context.Context, verb string, body []byte, sink *bytes.Buffer) (time.Duration, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+verb, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	sink.Reset()
+	n, err := sink.ReadFrom(resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil {
+		return 0, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%s: HTTP %d: %.300s", verb, resp.StatusCode, sink.Bytes())
+	}
+	return d, int(n), nil
+}
+
+// serverTotals reads the service's own request_duration_seconds sum and
+// count for verb (result ok) from /metrics: the time from the handler's
+// start to the answer written, without the client and the connection.
+func (c *client) serverTotals(ctx context.Context, verb string) (sum, count float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	const name = "opa_scheduler_extender_request_duration_seconds"
+	labels := `{result="ok",verb="` + verb + `"} `
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		for suffix, dst := range map[string]*float64{"_sum": &sum, "_count": &count} {
+			if v, ok := strings.CutPrefix(line, name+suffix+labels); ok {
+				if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+					return 0, 0, fmt.Errorf("/metrics: %s: %w", line, err)
+				}
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("/metrics: no %s%s", name, labels)
+	}
+	return sum, count, nil
+}
+
+// filterOutcome checks a filter answer and counts its nodes.
+type filterOutcome struct {
+	passed, denied, unknown int
+	deniedNodes             map[string]string
+}
+
+func checkFilter(out []byte, s scenario) (filterOutcome, error) {
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return filterOutcome{}, fmt.Errorf("filter answer: %w", err)
+	}
+	if res.Error != "" {
+		return filterOutcome{}, fmt.Errorf("filter answer: Error %q", res.Error)
+	}
+	o := filterOutcome{denied: len(res.FailedAndUnresolvableNodes), unknown: len(res.FailedNodes), deniedNodes: res.FailedAndUnresolvableNodes}
+	if s.full {
+		if res.Nodes != nil {
+			o.passed = len(res.Nodes.Items)
+		}
+	} else if res.NodeNames != nil {
+		o.passed = len(*res.NodeNames)
+	}
+	if o.unknown > 0 {
+		return o, fmt.Errorf("filter answer: %d nodes unknown to the extender", o.unknown)
+	}
+	if o.passed+o.denied != s.nodes {
+		return o, fmt.Errorf("filter answer covers %d+%d nodes, want %d", o.passed, o.denied, s.nodes)
+	}
+	return o, nil
+}
+
+func checkPrioritize(out []byte, s scenario) error {
+	var res extenderv1.HostPriorityList
+	if err := json.Unmarshal(out, &res); err != nil {
+		return fmt.Errorf("prioritize answer: %w", err)
+	}
+	if len(res) != s.nodes {
+		return fmt.Errorf("prioritize answer has %d hosts, want %d", len(res), s.nodes)
+	}
+	return nil
+}
+
+func check(out []byte, s scenario) error {
+	if s.verb == "filter" {
+		_, err := checkFilter(out, s)
+		return err
+	}
+	return checkPrioritize(out, s)
+}
+
+// sample is one measured request.
+type sample struct {
+	d      time.Duration
+	oneOff bool
+}
+
+// workerResult is what one worker measured.
+type workerResult struct {
+	samples   []sample
+	bodyBytes int64
+	respBytes int64
+	err       error
+}
+
+// run measures one scenario: a warm-up, then -duration of requests from
+// -concurrency workers, each sending its next request when the previous
+// answer has arrived.
+func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error) {
+	b := perf.NewArgs(s.nodes, s.full)
+
+	// Check the envelope and the answer once with the upstream types.
+	probe := perf.NewStream(f.seed, 99, 0).Replica(0, 0)
+	body := b.Build(probe)
+	if err := b.Check(body, probe); err != nil {
+		return Scenario{}, err
+	}
+	out, _, err := c.post(ctx, s.verb, body)
+	if err != nil {
+		return Scenario{}, err
+	}
+	if err := check(out, s); err != nil {
+		return Scenario{}, err
+	}
+
+	streams := make([]*perf.Stream, f.concurrency)
+	for w := range streams {
+		c.streams++
+		streams[w] = perf.NewStream(f.seed, c.streams, f.oneOffShare)
+	}
+	phase := func(d time.Duration, keep bool) []workerResult {
+		results := make([]workerResult, f.concurrency)
+		deadline := time.Now().Add(d)
+		var wg sync.WaitGroup
+		for w := range f.concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := &results[w]
+				if keep {
+					r.samples = make([]sample, 0, 4096)
+				}
+				var buf, sink bytes.Buffer
+				for n := 0; time.Now().Before(deadline); n++ {
+					p := streams[w].Next()
+					body := b.BuildInto(&buf, p)
+					d, size, err := c.timed(ctx, s.verb, body, &sink)
+					if err != nil {
+						r.err = err
+						return
+					}
+					if n%500 == 0 { // spot-check answers, outside the timed part
+						if err := check(sink.Bytes(), s); err != nil {
+							r.err = err
+							return
+						}
+					}
+					if keep {
+						r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off"})
+						r.bodyBytes += int64(len(body))
+						r.respBytes += int64(size)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return results
+	}
+
+	if f.warmup > 0 {
+		for _, r := range phase(f.warmup, false) {
+			if r.err != nil {
+				return Scenario{}, r.err
+			}
+		}
+	}
+	sum0, count0, err := c.serverTotals(ctx, s.verb)
+	if err != nil {
+		return Scenario{}, err
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	results := phase(f.duration, true)
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	sum1, count1, err := c.serverTotals(ctx, s.verb)
+	if err != nil {
+		return Scenario{}, err
+	}
+
+	var all []time.Duration
+	var oneOff []time.Duration
+	var reqBytes, resp int64
+	for _, r := range results {
+		if r.err != nil {
+			return Scenario{}, r.err
+		}
+		for _, x := range r.samples {
+			all = append(all, x.d)
+			if x.oneOff {
+				oneOff = append(oneOff, x.d)
+			}
+		}
+		reqBytes += r.bodyBytes
+		resp += r.respBytes
+	}
+	n := len(all)
+	if n == 0 {
+		return Scenario{}, fmt.Errorf("no request finished within %v", f.duration)
+	}
+	slices.Sort(all)
+	slices.Sort(oneOff)
+	res := Scenario{
+		Name: s.name(), Verb: s.verb, Mode: s.mode(), Nodes: s.nodes, Concurrency: f.concurrency,
+		Requests: n, Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
+		P50Ms: ms(percentile(all, 0.50)), P90Ms: ms(percentile(all, 0.90)), P99Ms: ms(percentile(all, 0.99)),
+		MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
+		OneOffRequests:   len(oneOff),
+		AllocsPerRequest: float64(after.Mallocs-before.Mallocs) / float64(n),
+		BytesPerRequest:  float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
+		GCs:              after.NumGC - before.NumGC,
+		RequestBytes:     reqBytes / int64(n),
+		ResponseBytes:    resp / int64(n),
+	}
+	if count1 > count0 {
+		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3
+	}
+	if len(oneOff) > 0 {
+		res.OneOffP50Ms = ms(percentile(oneOff, 0.50))
+		res.OneOffMeanMs = ms(mean(oneOff))
+	}
+	return res, nil
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }

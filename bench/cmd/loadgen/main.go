@@ -1,0 +1,384 @@
+// Command loadgen replays what the kube-scheduler sends to the
+// opa-scheduler-extender against the real engine and HTTP server, in
+// process, on a loopback listener, and reports throughput, latency,
+// allocations and memory; side by side, it times the same placement work
+// through Gatekeeper's constraint framework (bench/peer).
+//
+// Run it from bench/:
+//
+//	go run ./cmd/loadgen -duration 5s -json results/loadgen.json
+//
+// See bench/README.md, "Load generator".
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+type flags struct {
+	duration    time.Duration
+	warmup      time.Duration
+	nodes       []int
+	fullNodes   []int
+	verbs       []string
+	concurrency int
+	inventory   int
+	jsonPath    string
+	policySet   string
+	library     string
+	examples    string
+	oneOffShare float64
+	seed        uint64
+	peer        bool
+	peerNodes   []int
+	peerPods    int
+	footprint   bool
+	cpuProfile  string
+	memProfile  string
+}
+
+func parseFlags() (*flags, error) {
+	f := &flags{}
+	d := perf.DefaultDirs(".")
+	var nodes, fullNodes, peerNodes, verbs string
+	// Its own flag set: the framework's dependencies register glog flags
+	// on the default one.
+	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per scenario")
+	fs.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "unmeasured time before each scenario (fills the memo, as a running service's is)")
+	fs.StringVar(&nodes, "nodes", "100,500,5000", "candidate node counts of the names-only (nodeCacheCapable) scenarios; the inventory holds the largest of all node counts")
+	fs.StringVar(&fullNodes, "full-nodes", "100,500", "candidate node counts of the scenarios that send full Node objects (empty: none)")
+	fs.StringVar(&verbs, "verbs", "filter,prioritize", "extender verbs to replay")
+	fs.IntVar(&f.concurrency, "concurrency", 1, "requests in flight (the scheduler sends one at a time)")
+	fs.IntVar(&f.inventory, "inventory", 0, "nodes in the engine's inventory (0: the largest node count of -nodes, -full-nodes and -peer-nodes)")
+	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&f.policySet, "policy-set", perf.SetMix, `policies: "mix" (16 library Pod templates + the 4 placement examples, 20 constraints) or "all" (49 library templates + 4 examples, one sample constraint each)`)
+	fs.StringVar(&f.library, "library", d.Library, "gatekeeper-library's library/ folder")
+	fs.StringVar(&f.examples, "examples", d.Examples, "the repository's deploy/examples folder")
+	fs.Float64Var(&f.oneOffShare, "one-off", 0.05, "share of one-off pods (new images and labels, never in the memo) in the pod stream")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the pod stream")
+	fs.BoolVar(&f.peer, "peer", true, "also time the same work through Gatekeeper's constraint framework")
+	fs.StringVar(&peerNodes, "peer-nodes", "100,500", "candidate node counts of the framework comparison")
+	fs.IntVar(&f.peerPods, "peer-pods", 3, "pods reviewed by the framework per node count (the last one is a one-off pod)")
+	fs.BoolVar(&f.footprint, "footprint", true, `also measure the memory of separate processes that link only the engine and the server (bench/cmd/footprint, built with go build; run loadgen from bench/): policy sets "mix" and "all", the largest -nodes count`)
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	var err error
+	if f.nodes, err = parseInts(nodes); err != nil {
+		return nil, fmt.Errorf("-nodes: %w", err)
+	}
+	if f.fullNodes, err = parseInts(fullNodes); err != nil {
+		return nil, fmt.Errorf("-full-nodes: %w", err)
+	}
+	if f.peerNodes, err = parseInts(peerNodes); err != nil {
+		return nil, fmt.Errorf("-peer-nodes: %w", err)
+	}
+	for _, v := range strings.Split(verbs, ",") {
+		v = strings.TrimSpace(v)
+		if v != "filter" && v != "prioritize" {
+			return nil, fmt.Errorf("-verbs: unknown verb %q", v)
+		}
+		f.verbs = append(f.verbs, v)
+	}
+	if f.concurrency < 1 {
+		return nil, errors.New("-concurrency must be at least 1")
+	}
+	if f.duration <= 0 {
+		return nil, errors.New("-duration must be positive")
+	}
+	if f.oneOffShare < 0 || f.oneOffShare > 1 {
+		return nil, errors.New("-one-off must be within 0..1")
+	}
+	if f.peer && f.peerPods < 1 {
+		return nil, errors.New("-peer-pods must be at least 1 (or -peer=false)")
+	}
+	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
+		return nil, errors.New("no scenario: -nodes and -full-nodes are both empty")
+	}
+	return f, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, x := range strings.Split(s, ",") {
+		x = strings.TrimSpace(x)
+		if x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive node count", x)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (f *flags) maxNodes() int {
+	m := f.inventory
+	for _, l := range [][]int{f.nodes, f.fullNodes} {
+		for _, n := range l {
+			m = max(m, n)
+		}
+	}
+	if f.peer {
+		for _, n := range f.peerNodes {
+			m = max(m, n)
+		}
+	}
+	return m
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...)
+}
+
+func run() error {
+	f, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	dirs := perf.Dirs{Library: f.library, Examples: f.examples}
+	if err := dirs.Check(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	rep := &Report{Machine: machine(), Config: f.config()}
+	nInv := f.maxNodes()
+	logf("loading policy set %q and %d nodes", f.policySet, nInv)
+	env, err := load(ctx, f, dirs, nInv)
+	if err != nil {
+		return err
+	}
+	defer env.engine.Close(ctx)
+	rep.Load = env.load
+	logf("loaded %d templates, %d constraints, %d nodes in %.1fs; RSS %.1f MiB",
+		env.load.Templates, env.load.Constraints, env.load.Nodes, env.load.Seconds, env.load.Memory.RSSMiB)
+	base, stop, err := perf.Serve(ctx, env.engine)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			logf("server: %v", err)
+		}
+	}()
+	c := newClient(base, f.concurrency)
+
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile() // no-op once stopped below
+	}
+	var scenarios []scenario
+	for _, n := range f.nodes {
+		for _, v := range f.verbs {
+			scenarios = append(scenarios, scenario{verb: v, full: false, nodes: n})
+		}
+	}
+	for _, n := range f.fullNodes {
+		for _, v := range f.verbs {
+			scenarios = append(scenarios, scenario{verb: v, full: true, nodes: n})
+		}
+	}
+	for i, s := range scenarios {
+		if i > 0 && s.full && !scenarios[i-1].full {
+			// The names-only scenarios are done: memory in the
+			// nodeCacheCapable steady state, before full Node lists.
+			if m, err := memory(); err == nil {
+				rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "the NodeNames scenarios", Requests: requestsSoFar(rep), Memory: m})
+			}
+		}
+		res, err := c.run(ctx, s, f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req",
+			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest)
+		rep.Scenarios = append(rep.Scenarios, res)
+	}
+	if f.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if m, err := memory(); err == nil {
+		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
+	}
+	if f.memProfile != "" {
+		if err := writeHeapProfile(f.memProfile); err != nil {
+			return err
+		}
+	}
+
+	if f.peer && len(f.peerNodes) > 0 {
+		logf("timing Gatekeeper's constraint framework: %d pods at %v nodes", f.peerPods, f.peerNodes)
+		pr, err := comparePeer(ctx, f, env, c, rep.Scenarios)
+		if err != nil {
+			return fmt.Errorf("peer: %w", err)
+		}
+		rep.Peer = pr
+	}
+
+	if f.footprint {
+		n := 0
+		for _, x := range f.nodes {
+			n = max(n, x)
+		}
+		if n == 0 {
+			n = nInv
+		}
+		fps, err := footprints(f, n)
+		if err != nil {
+			return fmt.Errorf("footprint: %w", err)
+		}
+		rep.Footprints = fps
+	}
+	rep.Targets = targets(rep)
+
+	if f.jsonPath != "" {
+		if err := writeJSON(f.jsonPath, rep); err != nil {
+			return err
+		}
+		logf("wrote %s", f.jsonPath)
+	}
+	printMarkdown(os.Stdout, rep)
+	return nil
+}
+
+// requestsSoFar counts the measured requests of the scenarios run so far
+// (warm-ups excluded).
+func requestsSoFar(r *Report) int {
+	n := 0
+	for _, s := range r.Scenarios {
+		n += s.Requests
+	}
+	return n
+}
+
+// env is the loaded engine and what went into it.
+type env struct {
+	engine   *opa.Engine
+	policies []perf.Policy
+	load     Load
+}
+
+func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
+	start := time.Now()
+	ps, err := perf.LoadSet(dirs, f.policySet)
+	if err != nil {
+		return nil, err
+	}
+	// Nodes in batches of 500, as an informer's initial list arrives in
+	// pages. The objects are not kept: the engine holds its own copy.
+	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), perf.Nodes(n)...), 500)
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(start).Seconds()
+	nodeJSON, _ := json.Marshal(perf.Node(0).Object)
+	m, err := memory()
+	if err != nil {
+		e.Close(ctx)
+		return nil, err
+	}
+	return &env{engine: e, policies: ps, load: Load{
+		PolicySet: f.policySet, Templates: len(ps), Constraints: perf.CountConstraints(ps),
+		DenyConstraints: len(perf.DenyConstraints(e)), Nodes: n, Namespaces: len(perf.ClusterNamespaces),
+		NodeJSONBytes: len(nodeJSON), Seconds: secs, Memory: m,
+	}}, nil
+}
+
+// footprints builds bench/cmd/footprint and runs it for the "mix" and
+// "all" policy sets with n nodes.
+func footprints(f *flags, n int) ([]perf.Footprint, error) {
+	if _, err := os.Stat(filepath.Join("cmd", "footprint", "main.go")); err != nil {
+		return nil, fmt.Errorf("run loadgen from bench/ (it builds ./cmd/footprint), or pass -footprint=false: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "loadgen-footprint-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	exe := filepath.Join(dir, "footprint")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/footprint")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/footprint: %w", err)
+	}
+	var out []perf.Footprint
+	for _, set := range []string{perf.SetMix, perf.SetAll} {
+		logf("measuring the memory of a separate process: policy set %q, %d nodes", set, n)
+		cmd := exec.Command(exe, "-policy-set", set, "-nodes", strconv.Itoa(n),
+			"-library", f.library, "-examples", f.examples, "-seed", strconv.FormatUint(f.seed, 10))
+		cmd.Stderr = os.Stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("footprint -policy-set %s: %w", set, err)
+		}
+		var fp perf.Footprint
+		if err := json.Unmarshal(b, &fp); err != nil {
+			return nil, fmt.Errorf("footprint output: %w", err)
+		}
+		out = append(out, fp)
+	}
+	return out, nil
+}
+
+func writeHeapProfile(path string) error {
+	// The heap profile is as of the last completed GC cycle but one:
+	// collect twice so that it shows what is live now.
+	runtime.GC()
+	runtime.GC()
+	pf, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	return pprof.WriteHeapProfile(pf)
+}
+
+func writeJSON(path string, v any) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+)
+
+// Report is the JSON output (-json) and the source of the markdown table.
+type Report struct {
+	Machine   Machine    `json:"machine"`
+	Config    Config     `json:"config"`
+	Load      Load       `json:"load"`
+	Scenarios []Scenario `json:"scenarios"`
+	// Checkpoints are the process's memory after the NodeNames
+	// scenarios and after all scenarios (before the framework comparison,
+	// which loads a second policy engine).
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	Peer        []PeerResult `json:"peer,omitempty"`
+	// Footprints are separate processes that link only the engine and
+	// the server (bench/cmd/footprint).
+	Footprints []perf.Footprint `json:"footprints,omitempty"`
+	Targets    []TargetResult   `json:"targets"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	NumCPU      int    `json:"numCPU"`
+	GOMAXPROCS  int    `json:"gomaxprocs"`
+	CPUModel    string `json:"cpuModel"`
+	GoVersion   string `json:"goVersion"`
+	GOOS        string `json:"goos"`
+	GOARCH      string `json:"goarch"`
+	LoadAverage string `json:"loadAverageAtStart"`
+	Started     string `json:"started"`
+}
+
+// Checkpoint is the process's memory at one point of the run.
+type Checkpoint struct {
+	After string `json:"after"`
+	// Requests measured so far (warm-ups not counted).
+	Requests int    `json:"requests"`
+	Memory   Memory `json:"memory"`
+}
+
+// Config echoes the flags that shape the numbers.
+type Config struct {
+	Duration    string  `json:"duration"`
+	Warmup      string  `json:"warmup"`
+	Concurrency int     `json:"concurrency"`
+	PolicySet   string  `json:"policySet"`
+	OneOffShare float64 `json:"oneOffShare"`
+	Seed        uint64  `json:"seed"`
+	Nodes       []int   `json:"nodes"`
+	FullNodes   []int   `json:"fullNodes"`
+	PeerNodes   []int   `json:"peerNodes,omitempty"`
+	PeerPods    int     `json:"peerPods,omitempty"`
+}
+
+func (f *flags) config() Config {
+	c := Config{Duration: f.duration.String(), Warmup: f.warmup.String(), Concurrency: f.concurrency, PolicySet: f.policySet,
+		OneOffShare: f.oneOffShare, Seed: f.seed, Nodes: f.nodes, FullNodes: f.fullNodes}
+	if f.peer {
+		c.PeerNodes, c.PeerPods = f.peerNodes, f.peerPods
+	}
+	return c
+}
+
+// Load is what was loaded and what it cost.
+type Load struct {
+	PolicySet       string  `json:"policySet"`
+	Templates       int     `json:"templates"`
+	Constraints     int     `json:"constraints"`
+	DenyConstraints int     `json:"denyConstraints"`
+	Nodes           int     `json:"nodes"`
+	Namespaces      int     `json:"namespaces"`
+	NodeJSONBytes   int     `json:"nodeJSONBytes"`
+	Seconds         float64 `json:"seconds"`
+	// Memory right after loading (no request served yet).
+	Memory Memory `json:"memory"`
+}
+
+// Memory is perf.Memory.
+type Memory = perf.Memory
+
+func memory() (Memory, error) { return perf.ReadMemory() }
+
+// Scenario is one scenario's measurement. Latencies are measured by the
+// client: from sending the request to reading the last byte of the answer.
+type Scenario struct {
+	Name        string  `json:"name"`
+	Verb        string  `json:"verb"`
+	Mode        string  `json:"mode"` // names (NodeNames) or nodes (full Node objects)
+	Nodes       int     `json:"nodes"`
+	Concurrency int     `json:"concurrency"`
+	Requests    int     `json:"requests"`
+	Seconds     float64 `json:"seconds"`
+	RPS         float64 `json:"rps"`
+	P50Ms       float64 `json:"p50Ms"`
+	P90Ms       float64 `json:"p90Ms"`
+	P99Ms       float64 `json:"p99Ms"`
+	MaxMs       float64 `json:"maxMs"`
+	MeanMs      float64 `json:"meanMs"`
+	// ServerMeanMs is the service's own mean (its request_duration_seconds
+	// histogram's sum/count over the measured requests): handler start to
+	// answer written, without the client and the connection.
+	ServerMeanMs float64 `json:"serverMeanMs"`
+	// OneOff* are the one-off pods' requests alone (memo misses).
+	OneOffRequests int     `json:"oneOffRequests"`
+	OneOffP50Ms    float64 `json:"oneOffP50Ms,omitempty"`
+	OneOffMeanMs   float64 `json:"oneOffMeanMs,omitempty"`
+	// AllocsPerRequest and BytesPerRequest are the whole process's
+	// (client and server share it) runtime.MemStats Mallocs and TotalAlloc
+	// deltas over the measured requests.
+	AllocsPerRequest float64 `json:"allocsPerRequest"`
+	BytesPerRequest  float64 `json:"bytesPerRequest"`
+	GCs              uint32  `json:"gcs"`
+	RequestBytes     int64   `json:"requestBytes"`
+	ResponseBytes    int64   `json:"responseBytes"`
+}
+
+// PeerResult compares the engine with Gatekeeper's constraint framework at
+// one node count.
+type PeerResult struct {
+	Nodes       int       `json:"nodes"`
+	Constraints int       `json:"constraints"` // deny constraints loaded into the framework
+	Pods        []PeerPod `json:"pods"`
+	// PeerMsPerPod is the framework's mean time per pod: one
+	// ReviewPodOnNode per candidate node, one after the other.
+	PeerMsPerPod float64 `json:"peerMsPerPod"`
+	// EngineFilterMeanMs is the mean filter latency of the names-only
+	// scenario at this node count (HTTP included); 0 if it did not run.
+	EngineFilterMeanMs float64 `json:"engineFilterMeanMs,omitempty"`
+	// Ratio is EngineFilterMeanMs / PeerMsPerPod; Speedup its inverse.
+	Ratio   float64 `json:"ratio,omitempty"`
+	Speedup float64 `json:"speedup,omitempty"`
+	// SamePods* compare on the reviewed pods themselves: one filter request
+	// each (replicas of known ReplicaSets, and a one-off pod the engine has
+	// never seen).
+	SamePodsEngineMs float64 `json:"samePodsEngineMs"`
+	SamePodsSpeedup  float64 `json:"samePodsSpeedup"`
+	// Agree is true when the framework denied exactly the nodes the
+	// engine's filter answer denied, for every pod.
+	Agree bool `json:"agree"`
+}
+
+// PeerPod is one pod of the comparison.
+type PeerPod struct {
+	Pod       string  `json:"pod"`
+	Kind      string  `json:"kind"`
+	PeerMs    float64 `json:"peerMs"`
+	EngineMs  float64 `json:"engineMs"`
+	Denied    int     `json:"denied"`
+	Mismatch  int     `json:"mismatchedNodes"`
+	PeerError string  `json:"peerError,omitempty"`
+}
+
+// TargetResult is one target of the issue and whether this run met it.
+type TargetResult struct {
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Measured string  `json:"measured"`
+	Value    float64 `json:"value"`
+	Met      bool    `json:"met"`
+}
+
+func targets(r *Report) []TargetResult {
+	var out []TargetResult
+	for _, t := range []struct {
+		nodes int
+		maxMs float64
+	}{{500, 2}, {5000, 15}} {
+		for _, s := range r.Scenarios {
+			if s.Verb == "filter" && s.Mode == "names" && s.Nodes == t.nodes {
+				out = append(out, TargetResult{
+					Name:   fmt.Sprintf("filter p99, %d nodes (names)", t.nodes),
+					Target: fmt.Sprintf("< %g ms", t.maxMs), Measured: fmt.Sprintf("%.3f ms", s.P99Ms),
+					Value: s.P99Ms, Met: s.P99Ms < t.maxMs,
+				})
+			}
+		}
+	}
+	for _, p := range r.Peer {
+		if p.Speedup > 0 {
+			out = append(out, TargetResult{
+				Name:   fmt.Sprintf("time per pod vs. the framework, %d nodes", p.Nodes),
+				Target: ">= 200x less", Measured: fmt.Sprintf("%.0fx less", p.Speedup),
+				Value: p.Speedup, Met: p.Speedup >= 200,
+			})
+		}
+	}
+	for _, fp := range r.Footprints {
+		if fp.PolicySet != perf.SetAll {
+			continue
+		}
+		out = append(out, TargetResult{
+			Name:   fmt.Sprintf("VmRSS, %d nodes and %d templates, after %d filter requests", fp.Nodes, fp.Templates, fp.Requests),
+			Target: "< 150 MiB", Measured: fmt.Sprintf("%.1f MiB", fp.AfterRequests.RSSMiB),
+			Value: fp.AfterRequests.RSSMiB, Met: fp.AfterRequests.RSSMiB < 150,
+		})
+	}
+	return out
+}
+
+func printMarkdown(w io.Writer, r *Report) {
+	fmt.Fprintf(w, "Machine: %d CPUs (%s), GOMAXPROCS %d, %s; load average at start %s.\n\n",
+		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.GOMAXPROCS, r.Machine.GoVersion, r.Machine.LoadAverage)
+	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d nodes (%d B of JSON each), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods.\n\n",
+		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeJSONBytes,
+		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare)
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, s := range r.Scenarios {
+		oneOff := "-" // no one-off pod among the measured requests
+		if s.OneOffRequests > 0 {
+			oneOff = fmt.Sprintf("%.3f", s.OneOffP50Ms)
+		}
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.0f | %.0f | %.1f | %.1f | %d |\n",
+			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff,
+			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	row := func(what string, m Memory) {
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n", what, m.RSSMiB, m.PeakRSSMiB, m.HeapLiveMiB, m.HeapInuseMiB, m.ReleasedRSSMiB)
+	}
+	row(fmt.Sprintf("this process: %d nodes, %d templates, after loading", r.Load.Nodes, r.Load.Templates), r.Load.Memory)
+	for _, c := range r.Checkpoints {
+		row(fmt.Sprintf("this process: after %s (%d requests)", c.After, c.Requests), c.Memory)
+	}
+	for _, fp := range r.Footprints {
+		row(fmt.Sprintf("footprint %q: %d nodes, %d templates, after loading", fp.PolicySet, fp.Nodes, fp.Templates), fp.AfterLoad)
+		row(fmt.Sprintf("footprint %q: the same, after %d filter requests", fp.PolicySet, fp.Requests), fp.AfterRequests)
+	}
+	if len(r.Peer) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| framework comparison | nodes | pods | framework ms/pod | engine filter mean ms | engine/framework | engine on the same pods ms | same-pod speedup | same verdicts |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|")
+		for _, p := range r.Peer {
+			fmt.Fprintf(w, "| %d deny constraints | %d | %d | %.1f | %.3f | 1/%.0f | %.3f | %.0fx | %v |\n",
+				p.Constraints, p.Nodes, len(p.Pods), p.PeerMsPerPod, p.EngineFilterMeanMs, p.Speedup, p.SamePodsEngineMs, p.SamePodsSpeedup, p.Agree)
+		}
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| target | wanted | measured | met |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for _, t := range r.Targets {
+			met := "yes"
+			if !t.Met {
+				met = "**no**"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met)
+		}
+	}
+}
+
+func machine() Machine {
+	m := Machine{NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Started: time.Now().UTC().Format(time.RFC3339)}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if fs := strings.Fields(string(b)); len(fs) >= 3 {
+			m.LoadAverage = strings.Join(fs[:3], " ")
+		}
+	}
+	return m
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
