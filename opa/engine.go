@@ -117,6 +117,17 @@ type boundConstraint struct {
 	// keyInputPaths are the input paths of the memo key (parameters are
 	// constant per constraint and left out).
 	keyInputPaths [][]*ast.Term
+	// podUnique: the key holds the pod's name or uid, so no other pod can
+	// reuse its entries.
+	podUnique bool
+}
+
+// podUniquePaths are review paths that differ between any two pods.
+var podUniquePaths = [][]*ast.Term{
+	{ast.StringTerm("review"), ast.StringTerm("name")},
+	{ast.StringTerm("review"), ast.StringTerm("uid")},
+	{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("name")},
+	{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("uid")},
 }
 
 func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error) {
@@ -135,6 +146,11 @@ func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error
 			continue
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
+		for _, u := range podUniquePaths {
+			if prefixRelated(p, u) {
+				bc.podUnique = true
+			}
+		}
 	}
 	return bc, nil
 }

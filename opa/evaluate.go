@@ -159,6 +159,8 @@ type request struct {
 	override  bool
 	nodes     *ast.Term
 	explain   bool
+	// local holds this request's memo entries of pod-unique constraints.
+	local map[*boundConstraint][]*podEntry
 }
 
 type nodeSlot struct {
@@ -183,12 +185,12 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 	a := bc.analysis
 	memoOK := r.memoOK(bc)
 	if a.perPod() {
-		start := time.Now()
+		start := r.now()
 		res, hit, err := r.evalPod(bc, memoOK)
 		if err != nil {
 			return err
 		}
-		d := time.Since(start)
+		d := r.since(start)
 		for i := range p.Nodes {
 			if !p.Nodes[i].Unknown {
 				r.record(&p.Nodes[i], bc, res, hit, true, d)
@@ -198,17 +200,17 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 	}
 	var entry *podEntry
 	if memoOK && !a.readsNodeName() {
-		entry = bc.memo.entry(r.podKey(bc, r.podReview))
+		entry = r.entry(bc, r.podReview)
 	}
 	readsNode := len(a.nodePaths) > 0 || len(a.nodeExists) > 0
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
 		}
-		start := time.Now()
+		start := r.now()
 		e := entry
 		if memoOK && e == nil {
-			e = bc.memo.entry(r.podKey(bc, r.nodeReview(i)))
+			e = r.entry(bc, r.nodeReview(i))
 		}
 		class := 0
 		if e != nil && readsNode {
@@ -217,7 +219,7 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		if e != nil {
 			if res, ok := e.get(class); ok {
 				r.e.stats.memoHits.Add(1)
-				r.record(&p.Nodes[i], bc, res, true, false, time.Since(start))
+				r.record(&p.Nodes[i], bc, res, true, false, r.since(start))
 				continue
 			}
 			r.e.stats.memoMisses.Add(1)
@@ -229,9 +231,47 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		if e != nil && !hasError(res) {
 			e.put(class, res)
 		}
-		r.record(&p.Nodes[i], bc, res, false, false, time.Since(start))
+		r.record(&p.Nodes[i], bc, res, false, false, r.since(start))
 	}
 	return nil
+}
+
+// entry finds the memo entry of a pod key. A constraint whose key holds
+// something unique to the pod (its name or uid, typically read for a
+// message) gets an entry for this request only: it still shares verdicts
+// between the nodes of one request, and never fills the memo with entries
+// no later pod can use.
+func (r *request) entry(bc *boundConstraint, review *ast.Term) *podEntry {
+	key := r.podKey(bc, review)
+	if bc.podUnique {
+		if r.local == nil {
+			r.local = map[*boundConstraint][]*podEntry{}
+		}
+		for _, e := range r.local[bc] {
+			if e.key.Compare(key) == 0 {
+				return e
+			}
+		}
+		e := &podEntry{key: key, byClass: map[int][]result{}}
+		r.local[bc] = append(r.local[bc], e)
+		return e
+	}
+	return bc.memo.entry(key)
+}
+
+// now and since time evaluations only when explain asked for them.
+func (r *request) now() time.Time {
+	if r.explain {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+func (r *request) since(t time.Time) time.Duration {
+	if r.explain {
+		return time.Since(t)
+	}
+	return 0
 }
 
 func (r *request) memoOK(bc *boundConstraint) bool {
@@ -284,7 +324,7 @@ func (bc *boundConstraint) project(node ast.Value) *ast.Array {
 func (r *request) evalPod(bc *boundConstraint, memoOK bool) ([]result, bool, error) {
 	var e *podEntry
 	if memoOK {
-		e = bc.memo.entry(r.podKey(bc, r.podReview))
+		e = r.entry(bc, r.podReview)
 		if res, ok := e.get(0); ok {
 			r.e.stats.memoHits.Add(1)
 			return res, true, nil

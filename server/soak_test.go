@@ -26,7 +26,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
-// .ci/run passes -soak 60s; a plain `go test` runs a short version.
+// .ci/run passes -args -soak=60s; a plain `go test` runs a short version.
 var soakDuration = flag.Duration("soak", 4*time.Second, "how long TestSoakWithPolicyChurn runs")
 
 // TestSoakWithPolicyChurn: concurrent filter and prioritize through HTTP
