@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -76,9 +77,11 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 		pod:     podObj,
 		explain: req.Explain,
 	}
+	defer r.addStats()
 	r.podReview = ast.NewTerm(podReview(podObj, name, namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm))
 	r.slots = make([]nodeSlot, len(req.Candidates))
 	inventoryNodes, _ := e.readValue(ctx, txn, nodeGV).(ast.Object)
+	nameKey := &ast.Term{} // one lookup key for all candidates
 	for i, c := range req.Candidates {
 		r.slots[i].name = c.Name
 		if c.Object != nil {
@@ -93,7 +96,8 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 			r.slots[i].fromRequest = true
 			r.override = true
 		} else if inventoryNodes != nil {
-			if t := inventoryNodes.Get(ast.StringTerm(c.Name)); t != nil {
+			nameKey.Value = ast.String(c.Name)
+			if t := inventoryNodes.Get(nameKey); t != nil {
 				if _, ok := t.Value.(ast.Object); ok {
 					r.slots[i].value = t.Value
 				}
@@ -160,7 +164,11 @@ type request struct {
 	nodes     *ast.Term
 	explain   bool
 	// local holds this request's memo entries of pod-unique constraints.
-	local map[*boundConstraint][]*podEntry
+	local map[*boundConstraint]*memo
+	// classIDs is scratch space for the node classes of one constraint.
+	classIDs []int
+	// memo counters, added to the engine's once per request
+	hits, misses uint64
 }
 
 type nodeSlot struct {
@@ -203,6 +211,10 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		entry = r.entry(bc, r.podReview)
 	}
 	readsNode := len(a.nodePaths) > 0 || len(a.nodeExists) > 0
+	var classes []int
+	if memoOK && readsNode {
+		classes = r.nodeClasses(bc, p)
+	}
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
@@ -214,15 +226,15 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		}
 		class := 0
 		if e != nil && readsNode {
-			class = bc.classes.of(r.slots[i].value, !r.slots[i].fromRequest, bc.project)
+			class = classes[i]
 		}
 		if e != nil {
 			if res, ok := e.get(class); ok {
-				r.e.stats.memoHits.Add(1)
+				r.hits++
 				r.record(&p.Nodes[i], bc, res, true, false, r.since(start))
 				continue
 			}
-			r.e.stats.memoMisses.Add(1)
+			r.misses++
 		}
 		res, err := r.eval(bc, r.nodeReview(i), true)
 		if err != nil {
@@ -245,18 +257,43 @@ func (r *request) entry(bc *boundConstraint, review *ast.Term) *podEntry {
 	key := r.podKey(bc, review)
 	if bc.podUnique {
 		if r.local == nil {
-			r.local = map[*boundConstraint][]*podEntry{}
+			r.local = map[*boundConstraint]*memo{}
 		}
-		for _, e := range r.local[bc] {
-			if e.key.Compare(key) == 0 {
-				return e
-			}
+		m := r.local[bc]
+		if m == nil {
+			m = newMemo(math.MaxInt)
+			r.local[bc] = m
 		}
-		e := &podEntry{key: key, byClass: map[int][]result{}}
-		r.local[bc] = append(r.local[bc], e)
-		return e
+		return m.entry(key)
 	}
 	return bc.memo.entry(key)
+}
+
+func (r *request) addStats() {
+	if r.hits > 0 {
+		r.e.stats.memoHits.Add(r.hits)
+	}
+	if r.misses > 0 {
+		r.e.stats.memoMisses.Add(r.misses)
+	}
+}
+
+// nodeClasses gives the class of every known candidate for bc, in one
+// pass under one read lock for the inventory nodes already classified.
+func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
+	ids := r.classIDs[:0]
+	if cap(ids) < len(r.slots) {
+		ids = make([]int, 0, len(r.slots))
+	}
+	ids = ids[:len(r.slots)]
+	r.classIDs = ids
+	bc.classes.known(r.slots, ids)
+	for i := range r.slots {
+		if ids[i] == 0 && !p.Nodes[i].Unknown {
+			ids[i] = bc.classes.of(r.slots[i].value, !r.slots[i].fromRequest, bc.project)
+		}
+	}
+	return ids
 }
 
 // now and since time evaluations only when explain asked for them.
@@ -326,10 +363,10 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool) ([]result, bool, err
 	if memoOK {
 		e = r.entry(bc, r.podReview)
 		if res, ok := e.get(0); ok {
-			r.e.stats.memoHits.Add(1)
+			r.hits++
 			return res, true, nil
 		}
-		r.e.stats.memoMisses.Add(1)
+		r.misses++
 	}
 	res, err := r.eval(bc, r.podReview, false)
 	if err != nil {

@@ -91,6 +91,19 @@ func newNodeClasses() *nodeClasses {
 	return &nodeClasses{byPtr: map[ast.Value]int{}, byKey: map[int][]classEntry{}, next: 1}
 }
 
+// known sets ids[i] to the class of each inventory node in slots already
+// classified, and to 0 (no class) for the others.
+func (c *nodeClasses) known(slots []nodeSlot, ids []int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i := range slots {
+		ids[i] = 0
+		if s := &slots[i]; s.value != nil && !s.fromRequest {
+			ids[i] = c.byPtr[s.value]
+		}
+	}
+}
+
 // of returns node's class; project computes its projection on a miss.
 // Node values are immutable once in the inventory (an update stores a new
 // value), so caching by identity is exact. Nodes sent in a request are new

@@ -89,38 +89,33 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	res := &extenderv1.ExtenderFilterResult{}
+	res := &filterAnswer{}
 	passed := make([]int, 0, len(na.names)) // indexes into na.names
 	var denied, unknown int
 	var sample []string
+	decisions := s.metrics.newDecisionCount(verbFilter)
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
 		name := na.names[i] // never a name the request did not carry
 		switch {
 		case v.Unknown:
-			if res.FailedNodes == nil {
-				res.FailedNodes = extenderv1.FailedNodesMap{}
-			}
-			res.FailedNodes[name] = unknownNodeReason
+			res.failed = append(res.failed, failedNode{name: name, reason: unknownNodeReason})
 			unknown++
 			if len(sample) < maxLoggedReasons {
 				sample = append(sample, name+": "+unknownNodeReason)
 			}
 		case v.Denied():
-			if res.FailedAndUnresolvableNodes == nil {
-				res.FailedAndUnresolvableNodes = extenderv1.FailedNodesMap{}
-			}
-			msg := denyMessage(v)
-			res.FailedAndUnresolvableNodes[name] = msg
+			res.unresolvable = append(res.unresolvable, failedNode{name: name, verdict: v})
 			denied++
 			if len(sample) < maxLoggedReasons {
-				sample = append(sample, name+": "+msg)
+				sample = append(sample, name+": "+denyMessage(v))
 			}
 		default:
 			passed = append(passed, i)
 		}
-		s.metrics.countDecisions(verbFilter, v)
+		decisions.add(v)
 	}
+	decisions.flush()
 	s.metrics.rejected(verbFilter, denied, unknown)
 	c.rejected = denied + unknown
 
@@ -136,7 +131,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 				out[j] = na.names[i]
 			}
 		}
-		res.NodeNames = &out
+		res.nodeNames = &out
 	}
 	if args.Nodes != nil {
 		out := &v1.NodeList{TypeMeta: args.Nodes.TypeMeta, ListMeta: args.Nodes.ListMeta}
@@ -146,7 +141,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 				out.Items[j] = args.Nodes.Items[na.items[i]]
 			}
 		}
-		res.Nodes = out
+		res.nodes = out
 	}
 
 	if denied > 0 && s.onRejected != nil {
@@ -178,6 +173,7 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make(extenderv1.HostPriorityList, len(p.Nodes))
+	decisions := s.metrics.newDecisionCount(verbPrioritize)
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
 		out[i].Host = na.names[i]
@@ -186,8 +182,9 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 		} else {
 			out[i].Score = clampScore(p.Score(*v))
 		}
-		s.metrics.countDecisions(verbPrioritize, v)
+		decisions.add(v)
 	}
+	decisions.flush()
 	s.finish(w, r, c, out, nil, prioritizeError)
 }
 

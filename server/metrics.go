@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,28 +155,57 @@ func (m *metrics) rejected(verb string, denied, unknown int) {
 // once. Labels are bounded: constraint names and kinds come from the
 // cluster's policy set, never from pods or nodes.
 func (m *metrics) countDecisions(verb string, v *opa.NodeVerdict) {
-	switch len(v.Violations) {
-	case 0:
-		return
-	case 1:
-		x := &v.Violations[0]
-		m.decisions.WithLabelValues(verb, x.Constraint.Kind, x.Constraint.Name, string(x.Action)).Inc()
-		return
-	}
-	type key struct {
-		c opa.ConstraintKey
-		a opa.Action
-	}
-	seen := make(map[key]struct{}, len(v.Violations))
+	d := m.newDecisionCount(verb)
+	d.add(v)
+	d.flush()
+}
+
+// decisionCount gathers the decisions of one request and adds them to the
+// counter once per (constraint, action): label lookups per node cost as
+// much as the policy at thousands of candidates.
+type decisionCount struct {
+	m      *metrics
+	verb   string
+	counts map[decisionKey]int
+}
+
+type decisionKey struct {
+	c opa.ConstraintKey
+	a opa.Action
+}
+
+func (m *metrics) newDecisionCount(verb string) *decisionCount {
+	return &decisionCount{m: m, verb: verb}
+}
+
+// add counts the verdict's distinct (constraint, action) pairs. The engine
+// lists a constraint's violations together, so a pair repeats only next
+// to itself; the map still makes any order count right.
+func (d *decisionCount) add(v *opa.NodeVerdict) {
+	var buf [8]decisionKey
+	seen := buf[:0]
 	for i := range v.Violations {
 		x := &v.Violations[i]
-		k := key{x.Constraint, x.Action}
-		if _, dup := seen[k]; dup {
+		k := decisionKey{x.Constraint, x.Action}
+		if i > 0 && k == (decisionKey{v.Violations[i-1].Constraint, v.Violations[i-1].Action}) {
 			continue
 		}
-		seen[k] = struct{}{}
-		m.decisions.WithLabelValues(verb, x.Constraint.Kind, x.Constraint.Name, string(x.Action)).Inc()
+		if slices.Contains(seen, k) {
+			continue
+		}
+		seen = append(seen, k)
+		if d.counts == nil {
+			d.counts = map[decisionKey]int{}
+		}
+		d.counts[k]++
 	}
+}
+
+func (d *decisionCount) flush() {
+	for k, n := range d.counts {
+		d.m.decisions.WithLabelValues(d.verb, k.c.Kind, k.c.Name, string(k.a)).Add(float64(n))
+	}
+	d.counts = nil
 }
 
 // policyCollector reads the engine's Stats and Status at scrape time: one

@@ -204,12 +204,35 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
+// jsonAppender is an answer that writes its own JSON (see filterAnswer).
+type jsonAppender interface {
+	appendJSON([]byte) ([]byte, error)
+}
+
+// maxPooledAnswer keeps full-node answers (megabytes) out of the pool.
+const maxPooledAnswer = 4 << 20
+
 // writeJSON writes v as the JSON answer with the given status. The encoder
 // writes straight to the ResponseWriter (one Write of its internal buffer).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if a, ok := v.(jsonAppender); ok {
+		bp := answerBuffers.Get().(*[]byte)
+		b, err := a.appendJSON((*bp)[:0])
+		if err == nil {
+			w.WriteHeader(status)
+			_, _ = w.Write(b) // the client went away; nothing to do
+			if cap(b) <= maxPooledAnswer {
+				*bp = b[:0]
+				answerBuffers.Put(bp)
+			}
+			return
+		}
+		answerBuffers.Put(bp)
+		status, v = http.StatusInternalServerError, errorBody{Error: fmt.Sprintf("encode answer: %v", err)}
+	}
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"encoding/json"
+	"sync"
+	"unicode/utf8"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// filterAnswer is an ExtenderFilterResult written without reflection. At
+// 5000 candidates the answer holds a message per denied node; encoding/json
+// would sort the FailedNodesMap keys and walk it by reflection, which cost
+// as much as evaluating the policy. The bytes decode to the same
+// extenderv1.ExtenderFilterResult (field names as the struct's, which has
+// no json tags; every field present), keys in the request's order.
+type filterAnswer struct {
+	nodes     *v1.NodeList
+	nodeNames *[]string
+	// failed and unresolvable are nil when the request had none, which
+	// is written as null, as encoding/json writes a nil map.
+	failed       []failedNode
+	unresolvable []failedNode
+	err          string
+}
+
+// failedNode is one FailedNodes entry: reason, or the deny message of
+// verdict when verdict is set (written straight into the answer).
+type failedNode struct {
+	name    string
+	reason  string
+	verdict *opa.NodeVerdict
+}
+
+// appendJSON appends the answer and the newline json.Encoder ends with.
+func (a *filterAnswer) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"Nodes":`...)
+	if a.nodes == nil {
+		b = append(b, "null"...)
+	} else {
+		nodes, err := json.Marshal(a.nodes)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, nodes...)
+	}
+	b = append(b, `,"NodeNames":`...)
+	if a.nodeNames == nil || *a.nodeNames == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, n := range *a.nodeNames {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, n)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"FailedNodes":`...)
+	b = appendFailed(b, a.failed)
+	b = append(b, `,"FailedAndUnresolvableNodes":`...)
+	b = appendFailed(b, a.unresolvable)
+	b = append(b, `,"Error":`...)
+	b = appendJSONString(b, a.err)
+	return append(b, "}\n"...), nil
+}
+
+func appendFailed(b []byte, nodes []failedNode) []byte {
+	if nodes == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '{')
+	for i := range nodes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		n := &nodes[i]
+		b = appendJSONString(b, n.name)
+		b = append(b, ':')
+		if n.verdict == nil {
+			b = appendJSONString(b, n.reason)
+		} else {
+			b = appendDenyMessage(b, n.verdict)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendDenyMessage writes denyMessage(v) as a JSON string without
+// building the string first.
+func appendDenyMessage(b []byte, v *opa.NodeVerdict) []byte {
+	b = append(b, '"')
+	first := true
+	for i := range v.Violations {
+		x := &v.Violations[i]
+		if x.Action != opa.Deny {
+			continue
+		}
+		if !first {
+			b = append(b, "; "...)
+		}
+		first = false
+		b = append(b, '[')
+		b = appendJSONStringBody(b, x.Constraint.Name)
+		b = append(b, "] "...)
+		b = appendJSONStringBody(b, x.Message)
+	}
+	return append(b, '"')
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = appendJSONStringBody(b, s)
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONStringBody escapes s as encoding/json does with
+// SetEscapeHTML(false): quote, backslash and control characters escaped
+// (\n, \r, \t, \b, \f by name, the rest as \u00XX), invalid UTF-8 replaced by
+// U+FFFD, and U+2028 and U+2029 escaped (JavaScript line terminators).
+func appendJSONStringBody(b []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(b, s[start:]...)
+}
+
+// answerBuffers recycles answer buffers: a 5000-node filter answer is
+// half a megabyte.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}

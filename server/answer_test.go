@@ -1,0 +1,124 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// stdJSON is what writeJSON's encoding/json path writes for v.
+func stdJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", `quote " and \ backslash`, "new\nline\r\ttab\b\f", "\x00\x01\x1f\x7f",
+		"<html> & 'single'", "ünïcødé 日本", "line\u2028sep\u2029para", "bad \xff utf8 \xc3",
+		"[tenant] pod in namespace a may not run on node n-1",
+	} {
+		got := append(appendJSONString(nil, s), '\n')
+		if want := stdJSON(t, s); !bytes.Equal(got, want) {
+			t.Errorf("appendJSONString(%q) = %s, encoding/json writes %s", s, got, want)
+		}
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "a\"b", "\xff", "\u2028", "\x00", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := append(appendJSONString(nil, s), '\n')
+		if want := stdJSON(t, s); !bytes.Equal(got, want) {
+			t.Fatalf("appendJSONString(%q) = %s, encoding/json writes %s", s, got, want)
+		}
+	})
+}
+
+func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
+	deny := func(msgs ...string) *opa.NodeVerdict {
+		v := &opa.NodeVerdict{}
+		for i, m := range msgs {
+			v.Violations = append(v.Violations, opa.Violation{
+				Constraint: opa.ConstraintKey{Kind: "K", Name: []string{"one", "two\"q"}[i%2]}, Action: opa.Deny, Message: m,
+			})
+		}
+		// warn violations are not part of the deny message
+		v.Violations = append(v.Violations, opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: "w"}, Action: opa.Warn, Message: "prefer"})
+		return v
+	}
+	names := []string{"a", "b"}
+	empty := []string{}
+	nodes := &v1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}}}
+	cases := []struct {
+		name   string
+		answer filterAnswer
+		want   extenderv1.ExtenderFilterResult
+	}{
+		{"empty", filterAnswer{}, extenderv1.ExtenderFilterResult{}},
+		{"error", filterAnswer{err: "boom \"x\""}, extenderv1.ExtenderFilterResult{Error: "boom \"x\""}},
+		{"names", filterAnswer{nodeNames: &names}, extenderv1.ExtenderFilterResult{NodeNames: &names}},
+		{"no names passed", filterAnswer{nodeNames: &empty}, extenderv1.ExtenderFilterResult{NodeNames: &empty}},
+		{"full nodes", filterAnswer{nodes: nodes}, extenderv1.ExtenderFilterResult{Nodes: nodes}},
+		{
+			"failed and denied",
+			filterAnswer{
+				nodeNames:    &names,
+				failed:       []failedNode{{name: "ghost", reason: unknownNodeReason}, {name: "g\u2028", reason: "r\n"}},
+				unresolvable: []failedNode{{name: "z", verdict: deny("m1")}, {name: "c", verdict: deny("m1", "m2 <é>")}},
+			},
+			extenderv1.ExtenderFilterResult{
+				NodeNames:                  &names,
+				FailedNodes:                extenderv1.FailedNodesMap{"ghost": unknownNodeReason, "g\u2028": "r\n"},
+				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"z": "[one] m1", "c": "[one] m1; [two\"q] m2 <é>"},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := tc.answer.appendJSON(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want extenderv1.ExtenderFilterResult
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("answer %s does not decode: %v", b, err)
+			}
+			if err := json.Unmarshal(stdJSON(t, &tc.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("answer %s decodes to %+v, want %+v", b, got, want)
+			}
+			// Same fields, same null-ness as encoding/json: compare generic decodings.
+			var gotAny, wantAny any
+			_ = json.Unmarshal(b, &gotAny)
+			_ = json.Unmarshal(stdJSON(t, &tc.want), &wantAny)
+			if !reflect.DeepEqual(gotAny, wantAny) {
+				t.Errorf("answer %s, encoding/json writes %s", b, stdJSON(t, &tc.want))
+			}
+		})
+	}
+	// The message written in place is denyMessage's.
+	v := deny("m1", "m2")
+	b := appendDenyMessage(nil, v)
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil || s != denyMessage(v) {
+		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, denyMessage(v))
+	}
+}
