@@ -105,6 +105,9 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 				sample = append(sample, name+": "+unknownNodeReason)
 			}
 		case v.Denied():
+			if res.unresolvable == nil {
+				res.unresolvable = make([]failedNode, 0, len(p.Nodes)-i)
+			}
 			res.unresolvable = append(res.unresolvable, failedNode{name: name, verdict: v})
 			denied++
 			if len(sample) < maxLoggedReasons {
