@@ -26,11 +26,10 @@ import (
 func BenchmarkPolicyChangeLatencyFolder(b *testing.B) {
 	dir := b.TempDir()
 	examples := filepath.Join("..", "deploy", "examples")
-	t := &testing.T{}
 	for _, f := range []string{"template.yaml", "constraint.yaml"} {
-		write(t, filepath.Join(dir, "tenant", f), mustRead(t, filepath.Join(examples, "tenant-isolation", f)))
+		write(b, filepath.Join(dir, "tenant", f), mustRead(b, filepath.Join(examples, "tenant-isolation", f)))
 	}
-	write(t, filepath.Join(dir, "inventory.yaml"), []byte(`apiVersion: v1
+	write(b, filepath.Join(dir, "inventory.yaml"), []byte(`apiVersion: v1
 kind: Namespace
 metadata: {name: alpha, labels: {tenant: alpha}}
 ---
@@ -72,7 +71,7 @@ metadata: {name: n2, labels: {team: alpha}}
 		}
 		return len(*res.NodeNames)
 	}
-	constraint := mustRead(t, filepath.Join(examples, "tenant-isolation", "constraint.yaml"))
+	constraint := mustRead(b, filepath.Join(examples, "tenant-isolation", "constraint.yaml"))
 	for passing() != 1 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -86,7 +85,7 @@ metadata: {name: n2, labels: {team: alpha}}
 		c := bytes.Replace(constraint, []byte("labelKey: tenant"), []byte("labelKey: "+key), 1)
 		gen := engine.Stats().PolicyGeneration
 		start := time.Now()
-		write(t, filepath.Join(dir, "tenant", "constraint.yaml"), c)
+		write(b, filepath.Join(dir, "tenant", "constraint.yaml"), c)
 		// The generation moves when the new snapshot is installed; every
 		// filter answered after that uses it.
 		for engine.Stats().PolicyGeneration == gen || passing() != 1 {

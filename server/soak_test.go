@@ -192,7 +192,7 @@ func writeNodes(t *testing.T, dir string, round int) {
 	write(t, filepath.Join(dir, "nodes.yaml"), []byte(b.String()))
 }
 
-func write(t *testing.T, path string, b []byte) {
+func write(t testing.TB, path string, b []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func write(t *testing.T, path string, b []byte) {
 	}
 }
 
-func mustRead(t *testing.T, path string) []byte {
+func mustRead(t testing.TB, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
