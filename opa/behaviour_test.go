@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 func obj(t testing.TB, y string) *unstructured.Unstructured {
@@ -383,5 +384,73 @@ violation[{"msg": "reached out"}] {
 	e := newEngine(t, opa.Options{AllowNetworkBuiltins: true})
 	if errs := e.Apply(context.Background(), []opa.Change{{Object: regoTemplate(t, "K8sNet", send)}}); len(errs) > 0 {
 		t.Fatalf("with AllowNetworkBuiltins: %v", errs)
+	}
+}
+
+// A template that reads the pod's name (for its message, as many library
+// templates do) gets memo entries no other pod can use: they are shared
+// between the nodes of one call and with the same pod's next call, never
+// with another pod, and only a few recent pods are kept.
+func TestPodUniqueMemoEntries(t *testing.T) {
+	objs, err := source.ReadObjects(strings.NewReader(`
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8snamedpool}
+spec:
+  crd: {spec: {names: {kind: K8sNamedPool}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8snamedpool
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          msg := sprintf("pod %v may not use a blocked node", [input.review.object.metadata.name])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sNamedPool
+metadata: {name: no-blocked-pool}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, opa.Options{})
+	apply(t, e, objs...)
+	cands := names("n", 10)
+	for i, c := range cands {
+		apply(t, e, node(c.Name, map[string]string{"pool": []string{"blocked", "open"}[i%2]}))
+	}
+	ctx := context.Background()
+	evaluate := func(name string) (msgs []string, evaluations uint64) {
+		t.Helper()
+		before := e.Stats().Evaluations
+		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("default", name), Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range p.Nodes {
+			for _, x := range v.Violations {
+				msgs = append(msgs, x.Message)
+			}
+		}
+		return msgs, e.Stats().Evaluations - before
+	}
+	msgs, n := evaluate("first")
+	if n != 2 || len(msgs) != 5 || msgs[0] != "pod first may not use a blocked node" {
+		t.Fatalf("first call: %d evaluations (want 2, one per node class), messages %q", n, msgs)
+	}
+	if _, n := evaluate("first"); n != 0 {
+		t.Errorf("the same pod's next call ran %d evaluations, want 0 (memo)", n)
+	}
+	msgs, n = evaluate("second")
+	if n != 2 || len(msgs) != 5 || msgs[0] != "pod second may not use a blocked node" {
+		t.Fatalf("another pod: %d evaluations (want 2), messages %q: verdicts must not be shared between pods", n, msgs)
+	}
+	for i := range 200 {
+		evaluate(fmt.Sprintf("replica-%d", i))
+	}
+	if _, n := evaluate("first"); n != 2 {
+		t.Errorf("after 200 other pods the first pod's entry should be gone (bounded memo), got %d evaluations", n)
 	}
 }

@@ -117,8 +117,8 @@ type boundConstraint struct {
 	// keyInputPaths are the input paths of the memo key (parameters are
 	// constant per constraint and left out).
 	keyInputPaths [][]*ast.Term
-	// podUnique: the key holds the pod's name or uid, so no other pod can
-	// reuse its entries.
+	// podUnique: the key holds the pod's name or uid (templates read it
+	// for their messages), so no other pod can reuse its entries.
 	podUnique bool
 }
 
@@ -152,8 +152,18 @@ func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error
 			}
 		}
 	}
+	if bc.podUnique && m.max > podUniqueMemoEntries {
+		// A pod-unique key is reused only by the same pod's next calls
+		// (filter, then prioritize, preempt, bind): a few recent pods are
+		// all that is worth keeping, instead of thousands of entries no
+		// other pod can use.
+		bc.memo = newMemo(podUniqueMemoEntries)
+	}
 	return bc, nil
 }
+
+// podUniqueMemoEntries bounds the memo of a pod-unique constraint.
+const podUniqueMemoEntries = 64
 
 // generationPath holds the inventory generation inside the store, so that
 // a request reads it in the same transaction as the inventory itself.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -163,8 +162,6 @@ type request struct {
 	override  bool
 	nodes     *ast.Term
 	explain   bool
-	// local holds this request's memo entries of pod-unique constraints.
-	local map[*boundConstraint]*memo
 	// classIDs is scratch space for the node classes of one constraint.
 	classIDs []int
 	// memo counters, added to the engine's once per request
@@ -248,25 +245,9 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 	return nil
 }
 
-// entry finds the memo entry of a pod key. A constraint whose key holds
-// something unique to the pod (its name or uid, typically read for a
-// message) gets an entry for this request only: it still shares verdicts
-// between the nodes of one request, and never fills the memo with entries
-// no later pod can use.
+// entry finds the memo entry of a pod key.
 func (r *request) entry(bc *boundConstraint, review *ast.Term) *podEntry {
-	key := r.podKey(bc, review)
-	if bc.podUnique {
-		if r.local == nil {
-			r.local = map[*boundConstraint]*memo{}
-		}
-		m := r.local[bc]
-		if m == nil {
-			m = newMemo(math.MaxInt)
-			r.local[bc] = m
-		}
-		return m.entry(key)
-	}
-	return bc.memo.entry(key)
+	return bc.memo.entry(r.podKey(bc, review))
 }
 
 func (r *request) addStats() {

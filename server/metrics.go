@@ -180,7 +180,7 @@ func (m *metrics) newDecisionCount(verb string) *decisionCount {
 
 // add counts the verdict's distinct (constraint, action) pairs. The engine
 // lists a constraint's violations together, so a pair repeats only next
-// to itself; the map still makes any order count right.
+// to itself; the seen list still makes any order count right.
 func (d *decisionCount) add(v *opa.NodeVerdict) {
 	var buf [8]decisionKey
 	seen := buf[:0]
