@@ -220,7 +220,9 @@ func (c *Cluster) onUpsert(w *watched, obj any) {
 	c.contact()
 	switch w.role {
 	case "config":
-		c.onConfig(u)
+		if u.GetName() == gatekeeperConfigName {
+			c.onConfig(u)
+		}
 		return
 	case "templates":
 		if kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind"); kind != "" {
@@ -240,7 +242,9 @@ func (c *Cluster) onDelete(w *watched, obj any) {
 	}
 	switch w.role {
 	case "config":
-		c.onConfig(nil)
+		if u.GetName() == gatekeeperConfigName {
+			c.onConfig(nil)
+		}
 		return
 	case "templates":
 		if kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind"); kind != "" {
@@ -249,6 +253,11 @@ func (c *Cluster) onDelete(w *watched, obj any) {
 	}
 	c.enqueue(opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: u.GroupVersionKind(), Namespace: u.GetNamespace(), Name: u.GetName()}})
 }
+
+// gatekeeperConfigName is the one Config Gatekeeper reads (in its own
+// namespace, gatekeeper-system by default; any namespace is accepted here,
+// as the service does not know Gatekeeper's).
+const gatekeeperConfigName = "config"
 
 // onConfig follows spec.sync.syncOnly of Gatekeeper's Config: the kinds
 // Gatekeeper replicates into its inventory are replicated here too.
