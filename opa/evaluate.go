@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -262,11 +263,7 @@ func (r *request) addStats() {
 // nodeClasses gives the class of every known candidate for bc, in one
 // pass under one read lock for the inventory nodes already classified.
 func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
-	ids := r.classIDs[:0]
-	if cap(ids) < len(r.slots) {
-		ids = make([]int, 0, len(r.slots))
-	}
-	ids = ids[:len(r.slots)]
+	ids := slices.Grow(r.classIDs[:0], len(r.slots))[:len(r.slots)]
 	r.classIDs = ids
 	bc.classes.known(r.slots, ids)
 	for i := range r.slots {

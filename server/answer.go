@@ -23,7 +23,6 @@ type filterAnswer struct {
 	// is written as null, as encoding/json writes a nil map.
 	failed       []failedNode
 	unresolvable []failedNode
-	err          string
 }
 
 // failedNode is one FailedNodes entry: reason, or the deny message of
@@ -63,9 +62,8 @@ func (a *filterAnswer) appendJSON(b []byte) ([]byte, error) {
 	b = appendFailed(b, a.failed)
 	b = append(b, `,"FailedAndUnresolvableNodes":`...)
 	b = appendFailed(b, a.unresolvable)
-	b = append(b, `,"Error":`...)
-	b = appendJSONString(b, a.err)
-	return append(b, "}\n"...), nil
+	// Errors are answered by filterError, never by a filterAnswer.
+	return append(b, `,"Error":""}`+"\n"...), nil
 }
 
 func appendFailed(b []byte, nodes []failedNode) []byte {

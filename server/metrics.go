@@ -178,18 +178,13 @@ func (m *metrics) newDecisionCount(verb string) *decisionCount {
 	return &decisionCount{m: m, verb: verb}
 }
 
-// add counts the verdict's distinct (constraint, action) pairs. The engine
-// lists a constraint's violations together, so a pair repeats only next
-// to itself; the seen list still makes any order count right.
+// add counts the verdict's distinct (constraint, action) pairs.
 func (d *decisionCount) add(v *opa.NodeVerdict) {
-	var buf [8]decisionKey
+	var buf [8]decisionKey // a verdict names few constraints: no allocation
 	seen := buf[:0]
 	for i := range v.Violations {
 		x := &v.Violations[i]
 		k := decisionKey{x.Constraint, x.Action}
-		if i > 0 && k == (decisionKey{v.Violations[i-1].Constraint, v.Violations[i-1].Action}) {
-			continue
-		}
 		if slices.Contains(seen, k) {
 			continue
 		}
