@@ -56,6 +56,9 @@ type Violation struct {
 	// Error is true when the violation stands for an evaluation error or a
 	// match error rather than a rule of the template.
 	Error bool `json:"error,omitempty"`
+	// order is the constraint's place in the policy set: violations of a
+	// node are listed in that order.
+	order int
 }
 
 // Candidate is a node the scheduler asks about. Without Object the node is
@@ -79,36 +82,17 @@ type PlacementRequest struct {
 	Explain bool
 }
 
-// NodeVerdict is the engine's answer for one candidate node.
+// NodeVerdict is the engine's answer for one candidate node. Its
+// Violations are those of constraints that can see the node; the verdict
+// on the node is Placement.Violations(i), which adds Placement.Common.
 type NodeVerdict struct {
 	Name string `json:"name"`
 	// Unknown is true when the node was neither supplied nor in the
 	// inventory: no policy was evaluated for it.
-	Unknown    bool        `json:"unknown,omitempty"`
-	Violations []Violation `json:"violations,omitempty"`
+	Unknown bool        `json:"unknown,omitempty"`
+	Own     []Violation `json:"own,omitempty"`
 	// Explain is filled only when the request asked for it.
 	Explain []ConstraintTrace `json:"explain,omitempty"`
-}
-
-// Denied reports whether any deny constraint is violated on the node.
-func (v NodeVerdict) Denied() bool {
-	for _, x := range v.Violations {
-		if x.Action == Deny {
-			return true
-		}
-	}
-	return false
-}
-
-// ViolatedWarnConstraints counts the distinct warn constraints violated on the node.
-func (v NodeVerdict) ViolatedWarnConstraints() int {
-	seen := map[ConstraintKey]struct{}{}
-	for _, x := range v.Violations {
-		if x.Action == Warn {
-			seen[x.Constraint] = struct{}{}
-		}
-	}
-	return len(seen)
 }
 
 // ConstraintTrace is one constraint's verdict on one node, for explain.
@@ -120,7 +104,13 @@ type ConstraintTrace struct {
 	Memoised bool `json:"memoised"`
 	// PerPod is true when the template cannot read the node, so the verdict
 	// was computed once for the pod.
-	PerPod   bool          `json:"perPod"`
+	PerPod bool `json:"perPod"`
+	// Evaluated says how often the constraint runs Rego: "per pod class",
+	// "per (pod class, node class)", ... "per (pod, node)".
+	Evaluated string `json:"evaluated"`
+	// Why names what makes it costlier than once per (pod class, node
+	// class): the path, the construct and its line.
+	Why      []string      `json:"why,omitempty"`
 	Duration time.Duration `json:"durationNanos"`
 }
 
@@ -128,25 +118,107 @@ type ConstraintTrace struct {
 type Placement struct {
 	// Nodes holds one verdict per candidate, in the request's order.
 	Nodes []NodeVerdict
+	// Common holds the violations of constraints that cannot see the
+	// node: they hold on every known node, and are kept once, not per node.
+	Common []Violation
 	// MatchedWarnConstraints is W in the scoring rule: how many warn
 	// constraints match the pod (whatever the node).
 	MatchedWarnConstraints int
 	// Generation is the policy generation the answer was computed with.
 	Generation uint64
+	// Evaluations counts the Rego evaluations this answer took.
+	Evaluations int
+
+	commonDeny bool
+	commonWarn int // distinct warn constraints in Common
 }
 
-// Score is the prioritize score of a node, 0..10: with W warn constraints
+// settle computes what Common contributes to every node.
+func (p *Placement) settle() {
+	p.commonDeny, p.commonWarn = false, 0
+	var last ConstraintKey
+	for i := range p.Common {
+		x := &p.Common[i]
+		switch x.Action {
+		case Deny:
+			p.commonDeny = true
+		case Warn:
+			if i == 0 || x.Constraint != last || p.Common[i-1].Action != Warn {
+				p.commonWarn++
+			}
+		}
+		last = x.Constraint
+	}
+}
+
+// EachViolation calls f with every violation on node i, Common and the
+// node's own, in the policy set's order. Unknown nodes have none.
+func (p *Placement) EachViolation(i int, f func(*Violation)) {
+	v := &p.Nodes[i]
+	if v.Unknown {
+		return
+	}
+	a, b := p.Common, v.Own
+	for len(a) > 0 || len(b) > 0 {
+		if len(b) == 0 || (len(a) > 0 && a[0].order <= b[0].order) {
+			f(&a[0])
+			a = a[1:]
+		} else {
+			f(&b[0])
+			b = b[1:]
+		}
+	}
+}
+
+// Violations lists the violations on node i (see EachViolation).
+func (p *Placement) Violations(i int) []Violation {
+	var out []Violation
+	p.EachViolation(i, func(x *Violation) { out = append(out, *x) })
+	return out
+}
+
+// Denied reports whether any deny constraint is violated on node i.
+func (p *Placement) Denied(i int) bool {
+	v := &p.Nodes[i]
+	if v.Unknown {
+		return false
+	}
+	if p.commonDeny {
+		return true
+	}
+	for _, x := range v.Own {
+		if x.Action == Deny {
+			return true
+		}
+	}
+	return false
+}
+
+// ViolatedWarnConstraints counts the distinct warn constraints violated
+// on node i.
+func (p *Placement) ViolatedWarnConstraints(i int) int {
+	v := &p.Nodes[i]
+	if v.Unknown {
+		return 0
+	}
+	n := p.commonWarn
+	for j, x := range v.Own {
+		if x.Action == Warn && (j == 0 || v.Own[j-1].Constraint != x.Constraint || v.Own[j-1].Action != Warn) {
+			n++
+		}
+	}
+	return n
+}
+
+// Score is the prioritize score of node i, 0..10: with W warn constraints
 // matching the pod and V of them violated on the node,
 // round(10 * (W - V) / W), and 10 when W = 0.
-func (p *Placement) Score(v NodeVerdict) int64 {
+func (p *Placement) Score(i int) int64 {
 	w := p.MatchedWarnConstraints
 	if w == 0 {
 		return 10
 	}
-	violated := v.ViolatedWarnConstraints()
-	if violated > w {
-		violated = w
-	}
+	violated := min(p.ViolatedWarnConstraints(i), w)
 	// Integer rounding of 10*(w-v)/w, halves up.
 	return int64((20*(w-violated) + w) / (2 * w))
 }
@@ -201,8 +273,12 @@ type TemplateStatus struct {
 	PerPod bool `json:"perPod"`
 	// Memoised is false for templates using nondeterministic builtins.
 	Memoised bool `json:"memoised"`
-	// Reads lists the input and node paths the memo key is made of.
+	// Reads lists the input and node paths the memo key is made of, and
+	// the paths that are only printed into messages ("(message only)").
 	Reads []string `json:"reads,omitempty"`
+	// Evaluated and Why are as in ConstraintTrace.
+	Evaluated string   `json:"evaluated,omitempty"`
+	Why       []string `json:"why,omitempty"`
 }
 
 // ConstraintStatus is one Constraint as the engine holds it.
@@ -219,9 +295,11 @@ type ConstraintStatus struct {
 	// PerPod, Memoised and Reads are as for templates, with this
 	// constraint's parameters known (a label key given as a parameter
 	// narrows a read of all labels to one).
-	PerPod   bool     `json:"perPod"`
-	Memoised bool     `json:"memoised"`
-	Reads    []string `json:"reads,omitempty"`
+	PerPod    bool     `json:"perPod"`
+	Memoised  bool     `json:"memoised"`
+	Reads     []string `json:"reads,omitempty"`
+	Evaluated string   `json:"evaluated,omitempty"`
+	Why       []string `json:"why,omitempty"`
 }
 
 // Stats are monotonic counters and gauges for metrics; read with Stats().
@@ -229,6 +307,9 @@ type Stats struct {
 	Evaluations      uint64 // Rego evaluations run
 	MemoHits         uint64
 	MemoMisses       uint64
+	MemoResults      int    // results held now
+	MemoBytes        int64  // their estimated size
+	MemoRotations    uint64 // times the memo dropped its older half
 	EvalErrors       uint64 // evaluations that failed (turned into violations)
 	CompileErrors    uint64 // templates rejected
 	ConstraintErrors uint64 // constraints rejected

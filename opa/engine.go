@@ -20,6 +20,9 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
 // Options configure an Engine. The zero value is usable.
@@ -32,8 +35,11 @@ type Options struct {
 	UserInfo map[string]any
 	// Logger receives compile errors and policy changes (default: discard).
 	Logger *slog.Logger
-	// MemoEntries bounds the memo of each constraint (default 8192).
+	// MemoEntries bounds the results the memo holds, for all constraints
+	// together (default 1<<18); MemoBytes bounds their estimated size
+	// (default 64 MiB).
 	MemoEntries int
+	MemoBytes   int64
 	// DisableMemo evaluates every review (for tests and measurements).
 	DisableMemo bool
 	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
@@ -55,6 +61,10 @@ type Engine struct {
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[snapshot]
+	// memo holds verdicts for every constraint, each under its owner id.
+	memo   *memo.Memo[[]result]
+	ph     *placeholders
+	owners atomic.Uint64
 
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex
@@ -98,7 +108,7 @@ type compiledTemplate struct {
 	compiler *ast.Compiler
 	rules    []*ast.Rule
 	// analysis is the template's, without any constraint's parameters.
-	analysis *analysis
+	analysis *analysis.Result
 	query    rego.PreparedEvalQuery
 	// overrideQuery evaluates with data.inventory.cluster.v1.Node replaced
 	// by input.nodes, for requests that carry full Node objects.
@@ -106,31 +116,30 @@ type compiledTemplate struct {
 }
 
 type boundConstraint struct {
-	c       *constraint
-	tmpl    *compiledTemplate
-	memo    *memo
-	classes *nodeClasses
+	c    *constraint
+	tmpl *compiledTemplate
+	// owner names this constraint's results in the memo; kept while the
+	// constraint and its template are unchanged.
+	owner   uint64
+	classes *memo.Classes
 	// parameters are the constraint's, defaulted by the template's schema.
 	parameters ast.Value
 	// analysis is the template's with this constraint's parameters known.
-	analysis *analysis
+	analysis *analysis.Result
+	class    analysis.Class
 	// keyInputPaths are the input paths of the memo key (parameters are
 	// constant per constraint and left out).
 	keyInputPaths [][]*ast.Term
-	// podUnique: the key holds the pod's name or uid (templates read it
-	// for their messages), so no other pod can reuse its entries.
-	podUnique bool
+	// podMsgs and nodeMsgs are the printed paths of the pod's review and
+	// of the node; nameMsg the candidate's name when it is printed.
+	podMsgs, nodeMsgs []msgSlot
+	nameMsg           *msgSlot
 }
 
-// podUniquePaths are review paths that differ between any two pods.
-var podUniquePaths = [][]*ast.Term{
-	{ast.StringTerm("review"), ast.StringTerm("name")},
-	{ast.StringTerm("review"), ast.StringTerm("uid")},
-	{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("name")},
-	{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("uid")},
-}
+// maxNodeClasses bounds each constraint's table of node classes.
+const maxNodeClasses = 1 << 17
 
-func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error) {
+func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*boundConstraint, error) {
 	params, err := checkParameters(ct.t.schema, c.rawParameters, ct.t.legacySchema)
 	if err != nil {
 		return nil, err
@@ -139,31 +148,30 @@ func bind(c *constraint, ct *compiledTemplate, m *memo) (*boundConstraint, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec.parameters: %v", ErrInvalidConstraint, err)
 	}
-	bc := &boundConstraint{c: c, tmpl: ct, memo: m, classes: newNodeClasses(), parameters: pv}
-	bc.analysis = analyzeTemplate(ct.compiler, ct.rules, templateRoot(ct.t.kind), pv)
-	for _, p := range bc.analysis.inputPaths {
+	bc := &boundConstraint{c: c, tmpl: ct, owner: owner, classes: memo.NewClasses(maxNodeClasses), parameters: pv}
+	bc.analysis = analysis.Analyze(ct.compiler, ct.rules, templateRoot(ct.t.kind), pv)
+	bc.class = bc.analysis.Classify()
+	for _, p := range bc.analysis.InputPaths {
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
 			continue
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		for _, u := range podUniquePaths {
-			if prefixRelated(p, u) {
-				bc.podUnique = true
-			}
+	}
+	for _, m := range bc.analysis.Messages {
+		idx, text := e.ph.of(m.Root, m.Path)
+		slot := msgSlot{path: m.Path, quote: m.Quote, index: idx, text: text}
+		if m.Root == analysis.Node {
+			bc.nodeMsgs = append(bc.nodeMsgs, slot)
+		} else {
+			bc.podMsgs = append(bc.podMsgs, slot)
 		}
 	}
-	if bc.podUnique && m.max > podUniqueMemoEntries {
-		// A pod-unique key is reused only by the same pod's next calls
-		// (filter, then prioritize, preempt, bind): a few recent pods are
-		// all that is worth keeping, instead of thousands of entries no
-		// other pod can use.
-		bc.memo = newMemo(podUniqueMemoEntries)
+	if bc.analysis.NodeNameMessage {
+		idx, text := e.ph.of(analysis.Input, analysis.NodeNamePath)
+		bc.nameMsg = &msgSlot{path: analysis.NodeNamePath, quote: bc.analysis.NodeNameQuote, index: idx, text: text}
 	}
 	return bc, nil
 }
-
-// podUniqueMemoEntries bounds the memo of a pod-unique constraint.
-const podUniqueMemoEntries = 64
 
 // generationPath holds the inventory generation inside the store, so that
 // a request reads it in the same transaction as the inventory itself.
@@ -180,10 +188,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MemoEntries <= 0 {
-		opts.MemoEntries = 8192
-	}
 	e := &Engine{
+		memo:        memo.New[[]result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
+		ph:          newPlaceholders(),
 		opts:        opts,
 		log:         opts.Logger,
 		templates:   map[string]*templateState{},
@@ -496,13 +503,13 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 			next.constraints = append(next.constraints, prev)
 			continue
 		}
-		m := newMemo(e.opts.MemoEntries)
+		owner := e.owners.Add(1)
 		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl.t == ct.t {
 			// Same constraint, same template recompiled with others: the
 			// verdicts stand, the queries are new.
-			m = prev.memo
+			owner = prev.owner
 		}
-		bc, err := bind(st.current, ct, m)
+		bc, err := e.bind(st.current, ct, owner)
 		st.bindErr = err
 		if err != nil {
 			// The template's schema changed under the constraint.
@@ -525,7 +532,7 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 	for id := range t.modules {
 		rules = append(rules, c.Modules[id].Rules...)
 	}
-	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analyzeTemplate(c, rules, templateRoot(t.kind), nil)}
+	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, templateRoot(t.kind), nil)}
 	var err error
 	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.queryRef())))
 	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {

@@ -40,20 +40,20 @@ func TestPlacementExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			var allowed []string
-			for _, v := range p.Nodes {
+			for i, v := range p.Nodes {
 				if v.Name == "ghost" {
 					if !v.Unknown {
 						t.Errorf("ghost node should be unknown")
 					}
 					continue
 				}
-				if !v.Denied() {
+				if !p.Denied(i) {
 					allowed = append(allowed, v.Name)
-					if want, ok := tc.scores[v.Name]; ok && p.Score(v) != want {
-						t.Errorf("score of %s = %d, want %d", v.Name, p.Score(v), want)
+					if want, ok := tc.scores[v.Name]; ok && p.Score(i) != want {
+						t.Errorf("score of %s = %d, want %d", v.Name, p.Score(i), want)
 					}
 				} else {
-					for _, x := range v.Violations {
+					for _, x := range p.Violations(i) {
 						if x.Message == "" || x.Constraint.Name == "" {
 							t.Errorf("violation without message or constraint: %+v", x)
 						}

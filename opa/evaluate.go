@@ -2,15 +2,11 @@ package opa
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -19,26 +15,7 @@ var (
 	podGVK      = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 	namespaceGV = storage.Path{"inventory", "cluster", "v1", "Namespace"}
 	nodeGV      = storage.Path{"inventory", "cluster", "v1", "Node"}
-
-	termReview      = ast.StringTerm("review")
-	termParameters  = ast.StringTerm("parameters")
-	termObject      = ast.StringTerm("object")
-	termSpec        = ast.StringTerm("spec")
-	termNodeName    = ast.StringTerm("nodeName")
-	termReviewInput = ast.StringTerm("review_input")
-	termNodes       = ast.StringTerm("nodes")
-
-	// undefinedTerm stands for "nothing at this path" in memo keys: an
-	// empty set, which no JSON value can be.
-	undefinedTerm = ast.SetTerm()
 )
-
-// result is one element of a violation set.
-type result struct {
-	msg     string
-	details json.RawMessage
-	err     bool
-}
 
 // Evaluate judges each candidate node for the pod: the violations of every
 // constraint that matches the pod and applies at this enforcement point.
@@ -74,23 +51,62 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	r := &request{
 		e: e, ctx: ctx, txn: txn, snap: snap,
 		invGen:  ast.NewTerm(e.readValue(ctx, txn, generationPath)),
-		pod:     podObj,
 		explain: req.Explain,
 	}
 	defer r.addStats()
 	r.podReview = ast.NewTerm(podReview(podObj, name, namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm))
-	r.slots = make([]nodeSlot, len(req.Candidates))
-	inventoryNodes, _ := e.readValue(ctx, txn, nodeGV).(ast.Object)
+	if err := r.candidates(req.Candidates); err != nil {
+		return nil, err
+	}
+
+	p := &Placement{Nodes: make([]NodeVerdict, len(r.slots)), Generation: snap.generation}
+	for i, s := range r.slots {
+		p.Nodes[i].Name = s.name
+		p.Nodes[i].Unknown = s.value == nil
+	}
+	m := &matchable{gvk: podGVK, name: name, namespace: namespace, labels: labels, ns: nsInfo, source: "Original"}
+	for order, bc := range snap.constraints {
+		if bc.c.action == "" {
+			continue // scoped to other enforcement points
+		}
+		matched, err := bc.c.match.matches(m)
+		if err != nil {
+			if bc.c.action == Warn {
+				p.MatchedWarnConstraints++
+			}
+			r.recordCommon(p, bc, order, []result{{msg: fmt.Sprintf("match error: %v", err), err: true}}, false)
+			continue
+		}
+		if !matched {
+			continue
+		}
+		if bc.c.action == Warn {
+			p.MatchedWarnConstraints++
+		}
+		if err := r.evalConstraint(bc, order, p); err != nil {
+			return nil, err
+		}
+	}
+	p.Evaluations = int(r.evals)
+	p.settle()
+	return p, nil
+}
+
+// candidates fills the request's node slots: request nodes converted, the
+// others looked up in the inventory.
+func (r *request) candidates(cands []Candidate) error {
+	r.slots = make([]nodeSlot, len(cands))
+	inventoryNodes, _ := r.e.readValue(r.ctx, r.txn, nodeGV).(ast.Object)
 	nameKey := &ast.Term{} // one lookup key for all candidates
-	for i, c := range req.Candidates {
+	for i, c := range cands {
 		r.slots[i].name = c.Name
 		if c.Object != nil {
 			v, err := ast.InterfaceToValue(withTypeMeta(c.Object, schema.GroupVersionKind{Version: "v1", Kind: "Node"}))
 			if err != nil {
-				return nil, fmt.Errorf("convert node %s: %w", c.Name, err)
+				return fmt.Errorf("convert node %s: %w", c.Name, err)
 			}
 			if _, ok := v.(ast.Object); !ok {
-				return nil, fmt.Errorf("node %s is not an object", c.Name)
+				return fmt.Errorf("node %s is not an object", c.Name)
 			}
 			r.slots[i].value = v
 			r.slots[i].fromRequest = true
@@ -113,41 +129,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 		}
 		r.nodes = ast.NewTerm(nodes)
 	}
-
-	p := &Placement{Nodes: make([]NodeVerdict, len(r.slots)), Generation: snap.generation}
-	for i, s := range r.slots {
-		p.Nodes[i].Name = s.name
-		p.Nodes[i].Unknown = s.value == nil
-	}
-	m := &matchable{gvk: podGVK, name: name, namespace: namespace, labels: labels, ns: nsInfo, source: "Original"}
-	for _, bc := range snap.constraints {
-		if bc.c.action == "" {
-			continue // scoped to other enforcement points
-		}
-		matched, err := bc.c.match.matches(m)
-		if err != nil {
-			if bc.c.action == Warn {
-				p.MatchedWarnConstraints++
-			}
-			res := []result{{msg: fmt.Sprintf("match error: %v", err), err: true}}
-			for i := range p.Nodes {
-				if !p.Nodes[i].Unknown {
-					r.record(&p.Nodes[i], bc, res, false, true, 0)
-				}
-			}
-			continue
-		}
-		if !matched {
-			continue
-		}
-		if bc.c.action == Warn {
-			p.MatchedWarnConstraints++
-		}
-		if err := r.evalConstraint(bc, p); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
+	return nil
 }
 
 // request is the state of one Evaluate call.
@@ -157,16 +139,20 @@ type request struct {
 	txn       storage.Transaction
 	snap      *snapshot
 	invGen    *ast.Term
-	pod       ast.Object
 	podReview *ast.Term
 	slots     []nodeSlot
 	override  bool
 	nodes     *ast.Term
 	explain   bool
-	// classIDs is scratch space for the node classes of one constraint.
-	classIDs []int
-	// memo counters, added to the engine's once per request
-	hits, misses uint64
+	// pods caches the pod's reviews with placeholders, by the set of
+	// paths they replace.
+	pods map[string]*podView
+	// scratch for the node classes of one constraint
+	classIDs   []int
+	slotNames  []string
+	slotValues []ast.Value
+	// counters, added to the engine's once per request
+	hits, misses, evals uint64
 }
 
 type nodeSlot struct {
@@ -179,40 +165,37 @@ type nodeSlot struct {
 	review *ast.Term
 }
 
-func (r *request) nodeReview(i int) *ast.Term {
-	s := &r.slots[i]
-	if s.review == nil {
-		s.review = ast.NewTerm(withNodeName(r.podReview.Value.(ast.Object), r.pod, s.name))
-	}
-	return s.review
-}
-
-func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
+func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) error {
 	a := bc.analysis
 	memoOK := r.memoOK(bc)
-	if a.perPod() {
+	pod := r.podView(bc, memoOK)
+	if a.PerPod() {
 		start := r.now()
-		res, hit, err := r.evalPod(bc, memoOK)
+		res, hit, err := r.evalPod(bc, memoOK, pod)
 		if err != nil {
 			return err
 		}
-		d := r.since(start)
-		for i := range p.Nodes {
-			if !p.Nodes[i].Unknown {
-				r.record(&p.Nodes[i], bc, res, hit, true, d)
-			}
-		}
+		res = r.e.ph.substitute(res, pod.bind)
+		r.recordCommon(p, bc, order, res, hit, r.since(start))
 		return nil
 	}
-	var entry *podEntry
-	if memoOK && !a.readsNodeName() {
-		entry = r.entry(bc, r.podReview)
+	return r.evalNodes(bc, order, p, memoOK, pod)
+}
+
+// evalNodes judges a constraint that can see the node: once per node
+// class when memoised, with the node's own values put into the messages.
+func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK bool, pod *podView) error {
+	a := bc.analysis
+	var entry *memoEntry
+	if memoOK && !a.NodeNameObserved {
+		entry = r.entry(bc, r.podKey(bc, r.podReview, pod))
 	}
-	readsNode := len(a.nodePaths) > 0 || len(a.nodeExists) > 0
+	readsNode := len(a.NodePaths) > 0 || len(a.NodeExists) > 0 || len(bc.nodeMsgs) > 0 || bc.nameMsg != nil
 	var classes []int
 	if memoOK && readsNode {
 		classes = r.nodeClasses(bc, p)
 	}
+	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
@@ -220,35 +203,85 @@ func (r *request) evalConstraint(bc *boundConstraint, p *Placement) error {
 		start := r.now()
 		e := entry
 		if memoOK && e == nil {
-			e = r.entry(bc, r.nodeReview(i))
+			e = r.entry(bc, r.podKey(bc, r.nodeReview(r.podReview, i, r.slots[i].name), pod))
 		}
 		class := 0
 		if e != nil && readsNode {
 			class = classes[i]
 		}
+		res, hit := []result(nil), false
 		if e != nil {
-			if res, ok := e.get(class); ok {
-				r.hits++
-				r.record(&p.Nodes[i], bc, res, true, false, r.since(start))
-				continue
+			res, hit = e.Get(class)
+		}
+		if hit {
+			r.hits++
+		} else {
+			if e != nil {
+				r.misses++
 			}
-			r.misses++
+			var err error
+			if res, err = r.evalNode(bc, i, pod, subst); err != nil {
+				return err
+			}
+			if e != nil && !hasError(res) {
+				r.e.memo.Put(e, class, res, resultBytes(res))
+			}
 		}
-		res, err := r.eval(bc, r.nodeReview(i), true)
-		if err != nil {
-			return err
+		b := pod.bind
+		if subst && anyHoles(res) {
+			b = r.nodeBindings(bc, i, pod.bind)
 		}
-		if e != nil && !hasError(res) {
-			e.put(class, res)
-		}
-		r.record(&p.Nodes[i], bc, res, false, false, r.since(start))
+		r.record(&p.Nodes[i], bc, order, r.e.ph.substitute(res, b), hit, r.since(start))
 	}
 	return nil
 }
 
-// entry finds the memo entry of a pod key.
-func (r *request) entry(bc *boundConstraint, review *ast.Term) *podEntry {
-	return bc.memo.entry(r.podKey(bc, review))
+// evalNode evaluates a constraint on one node. With subst, the node's
+// printed values (its name, the paths bc.nodeMsgs) are placeholders: the
+// node is given to the query in place of the inventory's, under the
+// placeholder name.
+func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool) ([]result, error) {
+	s := &r.slots[i]
+	if !subst {
+		return r.eval(bc, r.nodeReview(pod.review, i, s.name), true)
+	}
+	node, key := s.value, s.name
+	for _, m := range bc.nodeMsgs {
+		if _, ok := substitutable(lookup(node, m.path), m.quote); ok {
+			if v, ok := setPath(node, m.path, ast.StringTerm(m.text)); ok {
+				node = v
+			}
+		}
+	}
+	if m := bc.nameMsg; m != nil {
+		if _, ok := substitutable(ast.StringTerm(s.name), m.quote); ok {
+			key = m.text
+		}
+	}
+	nodes := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm(key), ast.NewTerm(node))))
+	return r.evalWith(bc, r.nodeReview(pod.review, -1, key), nodes)
+}
+
+// nodeBindings adds node i's printed values to the pod's.
+func (r *request) nodeBindings(bc *boundConstraint, i int, pod bindings) bindings {
+	s := &r.slots[i]
+	b := make(bindings, len(pod), len(pod)+len(bc.nodeMsgs)+1)
+	copy(b, pod)
+	for _, m := range bc.nodeMsgs {
+		if v, ok := substitutable(lookup(s.value, m.path), m.quote); ok {
+			b = append(b, binding{index: m.index, value: v})
+		}
+	}
+	if m := bc.nameMsg; m != nil {
+		if v, ok := substitutable(ast.StringTerm(s.name), m.quote); ok {
+			b = append(b, binding{index: m.index, value: v})
+		}
+	}
+	return b
+}
+
+func (r *request) entry(bc *boundConstraint, key *ast.Array) *memoEntry {
+	return r.e.memo.Entry(bc.owner, key, keySize(key))
 }
 
 func (r *request) addStats() {
@@ -258,17 +291,32 @@ func (r *request) addStats() {
 	if r.misses > 0 {
 		r.e.stats.memoMisses.Add(r.misses)
 	}
+	if r.evals > 0 {
+		r.e.stats.evaluations.Add(r.evals)
+	}
 }
 
 // nodeClasses gives the class of every known candidate for bc, in one
 // pass under one read lock for the inventory nodes already classified.
 func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
-	ids := slices.Grow(r.classIDs[:0], len(r.slots))[:len(r.slots)]
-	r.classIDs = ids
-	bc.classes.known(r.slots, ids)
+	n := len(r.slots)
+	if r.slotNames == nil {
+		r.slotNames = make([]string, n)
+		r.slotValues = make([]ast.Value, n)
+		for i, s := range r.slots {
+			r.slotNames[i], r.slotValues[i] = s.name, s.value
+		}
+	}
+	if cap(r.classIDs) < n {
+		r.classIDs = make([]int, n)
+	}
+	ids := r.classIDs[:n]
+	remember := func(i int) bool { return !r.slots[i].fromRequest }
+	bc.classes.Known(r.slotNames, r.slotValues, remember, ids)
 	for i := range r.slots {
 		if ids[i] == 0 && !p.Nodes[i].Unknown {
-			ids[i] = bc.classes.of(r.slots[i].value, !r.slots[i].fromRequest, bc.project)
+			s := &r.slots[i]
+			ids[i] = bc.classes.Of(s.name, s.value, !s.fromRequest, func() *ast.Array { return bc.project(s.name, s.value) })
 		}
 	}
 	return ids
@@ -291,287 +339,110 @@ func (r *request) since(t time.Time) time.Duration {
 
 func (r *request) memoOK(bc *boundConstraint) bool {
 	a := bc.analysis
-	return !r.e.opts.DisableMemo && !a.nondeterministic && !(r.override && a.inventoryOther)
+	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.InventoryOther)
 }
 
-func (r *request) record(v *NodeVerdict, bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) {
+func (r *request) record(v *NodeVerdict, bc *boundConstraint, order int, res []result, hit bool, d time.Duration) {
 	for _, x := range res {
-		v.Violations = append(v.Violations, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err})
+		v.Own = append(v.Own, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
 	}
 	if r.explain {
-		t := ConstraintTrace{Constraint: bc.c.key, Action: bc.c.action, Memoised: hit, PerPod: perPod, Duration: d}
-		for _, x := range res {
-			t.Violations = append(t.Violations, x.msg)
-		}
-		v.Explain = append(v.Explain, t)
+		v.Explain = append(v.Explain, r.trace(bc, res, hit, false, d))
 	}
+}
+
+// recordCommon records the verdict of a constraint that cannot see the
+// node once, for every known node.
+func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []result, hit bool, d ...time.Duration) {
+	for _, x := range res {
+		p.Common = append(p.Common, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
+	}
+	if r.explain {
+		var dur time.Duration
+		if len(d) > 0 {
+			dur = d[0]
+		}
+		t := r.trace(bc, res, hit, true, dur)
+		for i := range p.Nodes {
+			if !p.Nodes[i].Unknown {
+				p.Nodes[i].Explain = append(p.Nodes[i].Explain, t)
+			}
+		}
+	}
+}
+
+func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) ConstraintTrace {
+	t := ConstraintTrace{Constraint: bc.c.key, Action: bc.c.action, Memoised: hit, PerPod: perPod, Duration: d,
+		Evaluated: string(bc.class), Why: bc.analysis.Why}
+	for _, x := range res {
+		t.Violations = append(t.Violations, x.msg)
+	}
+	return t
 }
 
 // podKey is the pod's part of a memo key: the values at the input paths
-// the template reads, and the inventory generation if it reads more of
-// the inventory than the candidate node.
-func (r *request) podKey(bc *boundConstraint, review *ast.Term) *ast.Array {
-	terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+1)
+// the template reads, the printed paths (a marker where the placeholder
+// stands, the value where it could not), and the inventory generation if
+// the template reads more of the inventory than the candidate node.
+func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *ast.Array {
+	terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+len(pod.key)+1)
 	for _, path := range bc.keyInputPaths {
 		terms = append(terms, lookupInput(review, path))
 	}
-	if bc.analysis.inventoryOther {
+	terms = append(terms, pod.key...)
+	if bc.analysis.InventoryOther {
 		terms = append(terms, r.invGen)
 	}
 	return ast.NewArray(terms...)
 }
 
 // project is a node's part of a memo key: the values at the node paths
-// the template reads, and whether the paths it only tests are true.
-func (bc *boundConstraint) project(node ast.Value) *ast.Array {
+// the template reads, whether the paths it only tests are true, and for
+// printed values a marker where a placeholder can stand, else the value.
+func (bc *boundConstraint) project(name string, node ast.Value) *ast.Array {
 	a := bc.analysis
-	terms := make([]*ast.Term, 0, len(a.nodePaths)+len(a.nodeExists))
-	for _, path := range a.nodePaths {
+	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.nodeMsgs)+1)
+	for _, path := range a.NodePaths {
 		terms = append(terms, lookup(node, path))
 	}
-	for _, path := range a.nodeExists {
+	for _, path := range a.NodeExists {
 		terms = append(terms, ast.InternedTerm(truthy(lookup(node, path))))
+	}
+	for _, m := range bc.nodeMsgs {
+		t := lookup(node, m.path)
+		if _, ok := substitutable(t, m.quote); ok {
+			t = placeholderKey
+		}
+		terms = append(terms, t)
+	}
+	if m := bc.nameMsg; m != nil {
+		t := ast.StringTerm(name)
+		if _, ok := substitutable(t, m.quote); ok {
+			t = placeholderKey
+		}
+		terms = append(terms, t)
 	}
 	return ast.NewArray(terms...)
 }
 
-// evalPod evaluates a template that cannot see the node, once per pod.
-func (r *request) evalPod(bc *boundConstraint, memoOK bool) ([]result, bool, error) {
-	var e *podEntry
+// evalPod evaluates a template that cannot see the node, once per pod
+// class.
+func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]result, bool, error) {
+	var e *memoEntry
 	if memoOK {
-		e = r.entry(bc, r.podReview)
-		if res, ok := e.get(0); ok {
+		e = r.entry(bc, r.podKey(bc, r.podReview, pod))
+		if res, ok := e.Get(0); ok {
 			r.hits++
 			return res, true, nil
 		}
 		r.misses++
 	}
-	res, err := r.eval(bc, r.podReview, false)
+	res, err := r.eval(bc, pod.review, false)
 	if err != nil {
 		return nil, false, err
 	}
 	if e != nil && !hasError(res) {
-		e.put(0, res)
+		r.e.memo.Put(e, 0, res, resultBytes(res))
 	}
 	return res, false, nil
-}
-
-// eval runs the template's query on one review. Evaluation errors become
-// violations (fail closed), and so does the request's deadline: a
-// template that runs too long denies the nodes it could not judge, with
-// the reason, and the rest of the answer still goes back.
-func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]result, error) {
-	if err := r.ctx.Err(); err != nil {
-		r.e.stats.evalErrors.Add(1)
-		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true}}, nil
-	}
-	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
-	query := bc.tmpl.query
-	if r.override && (bc.analysis.inventoryOther || perNode) {
-		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, r.nodes))
-		query = bc.tmpl.overrideQuery
-	}
-	r.e.stats.evaluations.Add(1)
-	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
-	if err != nil {
-		r.e.stats.evalErrors.Add(1)
-		if ctxErr := r.ctx.Err(); ctxErr != nil {
-			return []result{{msg: "evaluation stopped (the request's deadline): " + ctxErr.Error(), err: true}}, nil
-		}
-		return []result{{msg: err.Error(), err: true}}, nil
-	}
-	res := toResults(rs)
-	if hasError(res) {
-		r.e.stats.evalErrors.Add(1)
-	}
-	return res, nil
-}
-
-func hasError(res []result) bool {
-	for _, x := range res {
-		if x.err {
-			return true
-		}
-	}
-	return false
-}
-
-// toResults reads a violation set the way Gatekeeper's hook does: elements
-// without msg are dropped, a non-string msg is an error, details default to
-// {}, duplicates collapse.
-func toResults(rs rego.ResultSet) []result {
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return nil
-	}
-	items, ok := rs[0].Expressions[0].Value.([]any)
-	if !ok {
-		return []result{{msg: fmt.Sprintf("violation is not a set: %T", rs[0].Expressions[0].Value), err: true}}
-	}
-	var out []result
-	seen := map[string]bool{}
-	for _, it := range items {
-		m, ok := it.(map[string]any)
-		if !ok {
-			continue
-		}
-		raw, has := m["msg"]
-		if !has {
-			continue
-		}
-		msg, ok := raw.(string)
-		if !ok {
-			out = append(out, result{msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), err: true})
-			continue
-		}
-		details, has := m["details"]
-		if !has {
-			details = map[string]any{}
-		}
-		b, err := json.Marshal(details)
-		if err != nil {
-			out = append(out, result{msg: fmt.Sprintf("invalid violation details: %v", err), err: true})
-			continue
-		}
-		k := msg + "\x00" + string(b)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, result{msg: msg, details: b})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].msg != out[j].msg {
-			return out[i].msg < out[j].msg
-		}
-		return string(out[i].details) < string(out[j].details)
-	})
-	return out
-}
-
-// lookupInput finds path in the input {review, parameters}: paths other
-// than review.* are constant or absent for a constraint.
-func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
-	if len(path) == 0 || !path[0].Equal(termReview) {
-		return undefinedTerm
-	}
-	return lookup(review.Value, path[1:])
-}
-
-func truthy(t *ast.Term) bool {
-	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
-}
-
-func lookup(v ast.Value, path []*ast.Term) *ast.Term {
-	if v == nil {
-		return undefinedTerm
-	}
-	if len(path) == 0 {
-		return ast.NewTerm(v)
-	}
-	found, err := v.Find(ast.Ref(path))
-	if err != nil {
-		return undefinedTerm
-	}
-	return ast.NewTerm(found)
-}
-
-// podReview is the Pod CREATE review a template sees (DESIGN.md §4): the
-// AdmissionRequest's JSON fields plus namespaceObject.
-func podReview(pod ast.Object, name, namespace string, userInfo ast.Value, namespaceObject *ast.Term) ast.Object {
-	return ast.NewObject(
-		ast.Item(ast.StringTerm("uid"), ast.StringTerm("")),
-		ast.Item(ast.StringTerm("kind"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
-			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
-			ast.Item(ast.StringTerm("kind"), ast.StringTerm("Pod")))),
-		ast.Item(ast.StringTerm("resource"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
-			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
-			ast.Item(ast.StringTerm("resource"), ast.StringTerm("pods")))),
-		ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
-		ast.Item(ast.StringTerm("namespace"), ast.StringTerm(namespace)),
-		ast.Item(ast.StringTerm("operation"), ast.StringTerm("CREATE")),
-		ast.Item(ast.StringTerm("userInfo"), ast.NewTerm(userInfo)),
-		ast.Item(termObject, ast.NewTerm(pod)),
-		ast.Item(ast.StringTerm("oldObject"), ast.NullTerm()),
-		ast.Item(ast.StringTerm("options"), ast.NullTerm()),
-		ast.Item(ast.StringTerm("namespaceObject"), namespaceObject),
-	)
-}
-
-// withNodeName gives review with object.spec.nodeName set to node. Values
-// are shared with the pod's review, never copied.
-func withNodeName(review ast.Object, pod ast.Object, node string) ast.Object {
-	spec, _ := pod.Get(termSpec).Value.(ast.Object)
-	if t := pod.Get(termSpec); t == nil || spec == nil {
-		spec = ast.NewObject()
-	}
-	obj := replaceKey(pod, termSpec, ast.NewTerm(replaceKey(spec, termNodeName, ast.StringTerm(node))))
-	return replaceKey(review, termObject, ast.NewTerm(obj))
-}
-
-func replaceKey(obj ast.Object, key, value *ast.Term) ast.Object {
-	items := make([][2]*ast.Term, 0, obj.Len()+1)
-	obj.Foreach(func(k, v *ast.Term) {
-		if !k.Equal(key) {
-			items = append(items, ast.Item(k, v))
-		}
-	})
-	items = append(items, ast.Item(key, value))
-	return ast.NewObject(items...)
-}
-
-// withTypeMeta fills apiVersion and kind when the wire type left them out.
-func withTypeMeta(obj map[string]any, gvk schema.GroupVersionKind) map[string]any {
-	if _, ok := obj["kind"]; ok {
-		if _, ok := obj["apiVersion"]; ok {
-			return obj
-		}
-	}
-	out := make(map[string]any, len(obj)+2)
-	for k, v := range obj {
-		out[k] = v
-	}
-	if _, ok := out["apiVersion"]; !ok {
-		out["apiVersion"] = gvk.GroupVersion().String()
-	}
-	if _, ok := out["kind"]; !ok {
-		out["kind"] = gvk.Kind
-	}
-	return out
-}
-
-func objectMeta(obj map[string]any) (name, namespace string, labels map[string]string) {
-	md, _ := obj["metadata"].(map[string]any)
-	name, _ = md["name"].(string)
-	namespace, _ = md["namespace"].(string)
-	if l, ok := md["labels"].(map[string]any); ok {
-		labels = make(map[string]string, len(l))
-		for k, v := range l {
-			if s, ok := v.(string); ok {
-				labels[k] = s
-			}
-		}
-	}
-	return name, namespace, labels
-}
-
-func valueLabels(v ast.Value) map[string]string {
-	t, err := v.Find(ast.Ref{ast.StringTerm("metadata"), ast.StringTerm("labels")})
-	if err != nil {
-		return nil
-	}
-	obj, ok := t.(ast.Object)
-	if !ok {
-		return nil
-	}
-	out := make(map[string]string, obj.Len())
-	obj.Foreach(func(k, v *ast.Term) {
-		ks, ok1 := k.Value.(ast.String)
-		vs, ok2 := v.Value.(ast.String)
-		if ok1 && ok2 {
-			out[string(ks)] = string(vs)
-		}
-	})
-	return out
 }

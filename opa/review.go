@@ -86,6 +86,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 
 	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
 		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath))}
+	defer r.addStats()
 	var out []Violation
 	for _, bc := range snap.constraints {
 		matched, matchErr := matchAny(bc.c.match, targets)
@@ -96,7 +97,12 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		case !matched:
 			continue
 		default:
-			res, _, err = r.evalPod(bc, r.memoOK(bc))
+			// The review's own nodeName picks the node: the memo's pod key
+			// says nothing about it, so only node-blind templates use it.
+			memoOK := r.memoOK(bc) && bc.analysis.PerPod()
+			pod := r.podView(bc, memoOK)
+			res, _, err = r.evalPod(bc, memoOK, pod)
+			res = r.e.ph.substitute(res, pod.bind)
 			if err != nil {
 				return nil, err
 			}

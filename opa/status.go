@@ -24,9 +24,11 @@ func (e *Engine) Status() Status {
 			ts.Kind = st.current.kind
 			ts.ObservedGeneration = st.current.generation
 			if ct := snap.templates[st.current.kind]; ct != nil && ct.t == st.current {
-				ts.PerPod = ct.analysis.perPod()
-				ts.Memoised = !ct.analysis.nondeterministic && !e.opts.DisableMemo
-				ts.Reads = ct.analysis.describe()
+				ts.PerPod = ct.analysis.PerPod()
+				ts.Memoised = !ct.analysis.Nondeterministic && !e.opts.DisableMemo
+				ts.Reads = ct.analysis.Describe()
+				ts.Evaluated = string(ct.analysis.Classify())
+				ts.Why = ct.analysis.Why
 			}
 		}
 		s.Templates = append(s.Templates, ts)
@@ -41,9 +43,11 @@ func (e *Engine) Status() Status {
 		cs := ConstraintStatus{Kind: key.Kind, Name: key.Name}
 		if bc := bound[key]; bc != nil {
 			cs.Active = true
-			cs.PerPod = bc.analysis.perPod()
-			cs.Memoised = !bc.analysis.nondeterministic && !e.opts.DisableMemo
-			cs.Reads = bc.analysis.describe()
+			cs.PerPod = bc.analysis.PerPod()
+			cs.Memoised = !bc.analysis.Nondeterministic && !e.opts.DisableMemo
+			cs.Reads = bc.analysis.Describe()
+			cs.Evaluated = string(bc.class)
+			cs.Why = bc.analysis.Why
 		}
 		if st.err != nil {
 			cs.Error = st.err.Error()
@@ -80,7 +84,11 @@ func (st *constraintState) currentOrNil() *constraint {
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
+	ms := e.memo.Stats()
 	s := Stats{
+		MemoResults:      ms.Results,
+		MemoBytes:        ms.Bytes,
+		MemoRotations:    ms.Rotations,
 		Evaluations:      e.stats.evaluations.Load(),
 		MemoHits:         e.stats.memoHits.Load(),
 		MemoMisses:       e.stats.memoMisses.Load(),

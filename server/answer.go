@@ -26,11 +26,13 @@ type filterAnswer struct {
 }
 
 // failedNode is one FailedNodes entry: reason, or the deny message of
-// verdict when verdict is set (written straight into the answer).
+// node index of placement when placement is set (written straight into
+// the answer).
 type failedNode struct {
-	name    string
-	reason  string
-	verdict *opa.NodeVerdict
+	name      string
+	reason    string
+	placement *opa.Placement
+	index     int
 }
 
 // appendJSON appends the answer and the newline json.Encoder ends with.
@@ -78,24 +80,23 @@ func appendFailed(b []byte, nodes []failedNode) []byte {
 		n := &nodes[i]
 		b = appendJSONString(b, n.name)
 		b = append(b, ':')
-		if n.verdict == nil {
+		if n.placement == nil {
 			b = appendJSONString(b, n.reason)
 		} else {
-			b = appendDenyMessage(b, n.verdict)
+			b = appendDenyMessage(b, n.placement, n.index)
 		}
 	}
 	return append(b, '}')
 }
 
-// appendDenyMessage writes denyMessage(v) as a JSON string without
+// appendDenyMessage writes denyMessage(p, i) as a JSON string without
 // building the string first.
-func appendDenyMessage(b []byte, v *opa.NodeVerdict) []byte {
+func appendDenyMessage(b []byte, p *opa.Placement, i int) []byte {
 	b = append(b, '"')
 	first := true
-	for i := range v.Violations {
-		x := &v.Violations[i]
+	p.EachViolation(i, func(x *opa.Violation) {
 		if x.Action != opa.Deny {
-			continue
+			return
 		}
 		if !first {
 			b = append(b, "; "...)
@@ -105,7 +106,7 @@ func appendDenyMessage(b []byte, v *opa.NodeVerdict) []byte {
 		b = appendJSONStringBody(b, x.Constraint.Name)
 		b = append(b, "] "...)
 		b = appendJSONStringBody(b, x.Message)
-	}
+	})
 	return append(b, '"')
 }
 

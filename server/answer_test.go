@@ -52,16 +52,16 @@ func FuzzAppendJSONString(f *testing.F) {
 }
 
 func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
-	deny := func(msgs ...string) *opa.NodeVerdict {
+	deny := func(msgs ...string) *opa.Placement {
 		v := &opa.NodeVerdict{}
 		for i, m := range msgs {
-			v.Violations = append(v.Violations, opa.Violation{
+			v.Own = append(v.Own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K", Name: []string{"one", "two\"q"}[i%2]}, Action: opa.Deny, Message: m,
 			})
 		}
 		// warn violations are not part of the deny message
-		v.Violations = append(v.Violations, opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: "w"}, Action: opa.Warn, Message: "prefer"})
-		return v
+		v.Own = append(v.Own, opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: "w"}, Action: opa.Warn, Message: "prefer"})
+		return &opa.Placement{Nodes: []opa.NodeVerdict{*v}}
 	}
 	names := []string{"a", "b"}
 	empty := []string{}
@@ -80,7 +80,7 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 			filterAnswer{
 				nodeNames:    &names,
 				failed:       []failedNode{{name: "ghost", reason: unknownNodeReason}, {name: "g\u2028", reason: "r\n"}},
-				unresolvable: []failedNode{{name: "z", verdict: deny("m1")}, {name: "c", verdict: deny("m1", "m2 <é>")}},
+				unresolvable: []failedNode{{name: "z", placement: deny("m1")}, {name: "c", placement: deny("m1", "m2 <é>")}},
 			},
 			extenderv1.ExtenderFilterResult{
 				NodeNames:                  &names,
@@ -115,10 +115,10 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 		})
 	}
 	// The message written in place is denyMessage's.
-	v := deny("m1", "m2")
-	b := appendDenyMessage(nil, v)
+	p := deny("m1", "m2")
+	b := appendDenyMessage(nil, p, 0)
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil || s != denyMessage(v) {
-		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, denyMessage(v))
+	if err := json.Unmarshal(b, &s); err != nil || s != denyMessage(p, 0) {
+		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, denyMessage(p, 0))
 	}
 }

@@ -144,13 +144,13 @@ func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs) ([]opa.Candidate, *
 	return cs, nil
 }
 
-// denyMessage joins the deny violations of a verdict, each as
+// denyMessage joins the deny violations on node i, each as
 // "[<constraint name>] <msg>", with "; ".
-func denyMessage(v *opa.NodeVerdict) string {
+func denyMessage(p *opa.Placement, i int) string {
 	var b strings.Builder
-	for _, x := range v.Violations {
+	p.EachViolation(i, func(x *opa.Violation) {
 		if x.Action != opa.Deny {
-			continue
+			return
 		}
 		if b.Len() > 0 {
 			b.WriteString("; ")
@@ -159,6 +159,6 @@ func denyMessage(v *opa.NodeVerdict) string {
 		b.WriteString(x.Constraint.Name)
 		b.WriteString("] ")
 		b.WriteString(x.Message)
-	}
+	})
 	return b.String()
 }

@@ -145,16 +145,16 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) (*ExplainRespon
 		n := ExplainNode{
 			Name:       cands[i].Name,
 			Verdict:    VerdictAllowed,
-			Violations: v.Violations,
+			Violations: p.Violations(i),
 			Trace:      v.Explain,
 		}
 		switch {
 		case v.Unknown:
 			n.Verdict = VerdictUnknown
-		case v.Denied():
+		case p.Denied(i):
 			n.Verdict = VerdictDenied
 		default:
-			n.Score = clampScore(p.Score(*v))
+			n.Score = clampScore(p.Score(i))
 		}
 		if n.Trace == nil {
 			n.Trace = []opa.ConstraintTrace{}

@@ -93,7 +93,6 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	passed := make([]int, 0, len(na.names)) // indexes into na.names
 	var denied, unknown int
 	var sample []string
-	decisions := s.metrics.newDecisionCount(verbFilter)
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
 		name := na.names[i] // never a name the request did not carry
@@ -104,21 +103,20 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			if len(sample) < maxLoggedReasons {
 				sample = append(sample, name+": "+unknownNodeReason)
 			}
-		case v.Denied():
+		case p.Denied(i):
 			if res.unresolvable == nil {
 				res.unresolvable = make([]failedNode, 0, len(p.Nodes)-i)
 			}
-			res.unresolvable = append(res.unresolvable, failedNode{name: name, verdict: v})
+			res.unresolvable = append(res.unresolvable, failedNode{name: name, placement: p, index: i})
 			denied++
 			if len(sample) < maxLoggedReasons {
-				sample = append(sample, name+": "+denyMessage(v))
+				sample = append(sample, name+": "+denyMessage(p, i))
 			}
 		default:
 			passed = append(passed, i)
 		}
-		decisions.add(v)
 	}
-	decisions.flush()
+	s.metrics.countDecisions(verbFilter, p)
 	s.metrics.rejected(verbFilter, denied, unknown)
 	c.rejected = denied + unknown
 
@@ -176,18 +174,16 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make(extenderv1.HostPriorityList, len(p.Nodes))
-	decisions := s.metrics.newDecisionCount(verbPrioritize)
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
 		out[i].Host = na.names[i]
-		if v.Unknown || v.Denied() {
+		if v.Unknown || p.Denied(i) {
 			out[i].Score = extenderv1.MinExtenderPriority
 		} else {
-			out[i].Score = clampScore(p.Score(*v))
+			out[i].Score = clampScore(p.Score(i))
 		}
-		decisions.add(v)
 	}
-	decisions.flush()
+	s.metrics.countDecisions(verbPrioritize, p)
 	s.finish(w, r, c, out, nil, prioritizeError)
 }
 
@@ -273,16 +269,16 @@ func (s *Server) preempt(w http.ResponseWriter, r *http.Request, c *verbCall) (*
 	var denied, unknown int
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
-		s.metrics.countDecisions(verbPreempt, v)
 		switch {
 		case v.Unknown:
 			unknown++
-		case v.Denied():
+		case p.Denied(i):
 			denied++
 		default:
 			res.NodeNameToMetaVictims[names[i]] = victims[names[i]]
 		}
 	}
+	s.metrics.countDecisions(verbPreempt, p)
 	s.metrics.rejected(verbPreempt, denied, unknown)
 	c.rejected = denied + unknown
 	return res, nil
@@ -409,12 +405,11 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request, c *verbCall) *requ
 		return rerr
 	}
 	s.metrics.evaluated(verbBind, 1)
-	v := &p.Nodes[0]
-	s.metrics.countDecisions(verbBind, v)
-	if v.Denied() {
+	s.metrics.countDecisions(verbBind, p)
+	if p.Denied(0) {
 		s.metrics.rejected(verbBind, 1, 0)
 		c.rejected = 1
-		return refuse("node %s is denied for pod %s by the current policy: %s", args.Node, c.pod, denyMessage(v))
+		return refuse("node %s is denied for pod %s by the current policy: %s", args.Node, c.pod, denyMessage(p, 0))
 	}
 	if err := s.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node); err != nil {
 		return refuse("cannot bind pod %s to node %s: %v", c.pod, args.Node, err)

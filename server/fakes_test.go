@@ -70,7 +70,7 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 	for _, c := range req.Candidates {
 		v := opa.NodeVerdict{Name: c.Name}
 		deny := func(kind, name, msg string) {
-			v.Violations = append(v.Violations, opa.Violation{
+			v.Own = append(v.Own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: kind, Name: name}, Action: opa.Deny, Message: msg})
 		}
 		switch {
@@ -83,13 +83,13 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 		case strings.HasPrefix(c.Name, "worse-"):
 			deny("K8sNoBadNodes", "no-bad-nodes", "node "+c.Name+" is bad")
 			deny("K8sZones", "zones", "wrong zone")
-			v.Violations = append(v.Violations, opa.Violation{
+			v.Own = append(v.Own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sPrefer", Name: "prefer-a"}, Action: opa.Warn, Message: "meh"})
 		case strings.HasPrefix(c.Name, "meh-"):
-			v.Violations = append(v.Violations, opa.Violation{
+			v.Own = append(v.Own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sPrefer", Name: "prefer-a"}, Action: opa.Warn, Message: "meh"})
 		case strings.HasPrefix(c.Name, "dry-"):
-			v.Violations = append(v.Violations, opa.Violation{
+			v.Own = append(v.Own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sAudit", Name: "audit-only"}, Action: opa.DryRun, Message: "noted"})
 		}
 		if c.Object != nil {
@@ -103,7 +103,7 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 			v.Explain = []opa.ConstraintTrace{{
 				Constraint: opa.ConstraintKey{Kind: "K8sNoBadNodes", Name: "no-bad-nodes"},
 				Action:     opa.Deny,
-				Violations: messages(v.Violations),
+				Violations: messages(v.Own),
 				Duration:   1500 * time.Nanosecond,
 			}}
 		}

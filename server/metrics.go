@@ -151,12 +151,13 @@ func (m *metrics) rejected(verb string, denied, unknown int) {
 	}
 }
 
-// countDecisions counts each (constraint, action) violated in one verdict
-// once. Labels are bounded: constraint names and kinds come from the
-// cluster's policy set, never from pods or nodes.
-func (m *metrics) countDecisions(verb string, v *opa.NodeVerdict) {
+// countDecisions counts, for every known node of an answer, each
+// (constraint, action) violated there once. Labels are bounded:
+// constraint names and kinds come from the cluster's policy set, never
+// from pods or nodes.
+func (m *metrics) countDecisions(verb string, p *opa.Placement) {
 	d := m.newDecisionCount(verb)
-	d.add(v)
+	d.add(p)
 	d.flush()
 }
 
@@ -178,12 +179,27 @@ func (m *metrics) newDecisionCount(verb string) *decisionCount {
 	return &decisionCount{m: m, verb: verb}
 }
 
-// add counts the verdict's distinct (constraint, action) pairs.
-func (d *decisionCount) add(v *opa.NodeVerdict) {
+// add counts an answer's distinct (constraint, action) pairs per known
+// node: the pod-wide ones once, times the known nodes.
+func (d *decisionCount) add(p *opa.Placement) {
+	known := 0
+	for i := range p.Nodes {
+		if v := &p.Nodes[i]; !v.Unknown {
+			known++
+			d.addList(v.Own, 1)
+		}
+	}
+	if known > 0 {
+		d.addList(p.Common, known)
+	}
+}
+
+// addList adds times to each distinct (constraint, action) of vs.
+func (d *decisionCount) addList(vs []opa.Violation, times int) {
 	var buf [8]decisionKey // a verdict names few constraints: no allocation
 	seen := buf[:0]
-	for i := range v.Violations {
-		x := &v.Violations[i]
+	for i := range vs {
+		x := &vs[i]
 		k := decisionKey{x.Constraint, x.Action}
 		if slices.Contains(seen, k) {
 			continue
@@ -192,7 +208,7 @@ func (d *decisionCount) add(v *opa.NodeVerdict) {
 		if d.counts == nil {
 			d.counts = map[decisionKey]int{}
 		}
-		d.counts[k]++
+		d.counts[k] += times
 	}
 }
 

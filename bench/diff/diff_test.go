@@ -153,7 +153,7 @@ var libFile = regexp.MustCompile(`[a-z0-9.-]+/(lib_[0-9]+)\.rego:`)
 // whose text errorText changed.
 func engineOutcome(v opa.NodeVerdict, templates map[string]string) (o nodeOutcome, rewritten int, err error) {
 	o = nodeOutcome{actions: map[violationKey]string{}}
-	for _, x := range v.Violations {
+	for _, x := range v.Own {
 		d, err := canonicalRaw(x.Details)
 		if err != nil {
 			return o, 0, err
@@ -577,6 +577,7 @@ func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map
 		if v.Unknown {
 			return nil, fmt.Errorf("node %s unknown to the engine", v.Name)
 		}
+		v.Own = pl.Violations(i) // the node's whole verdict, pod-wide violations included
 		out[v.Name] = v
 	}
 	return out, nil

@@ -114,7 +114,7 @@ func (s *sides) review(t *testing.T) ([]peer.Result, error, []opa.Violation) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, perr, pl.Nodes[0].Violations
+	return res, perr, pl.Violations(0)
 }
 
 const okTemplate = `package ok

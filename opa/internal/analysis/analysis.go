@@ -1,50 +1,14 @@
-package opa
+package analysis
 
 import (
-	"sort"
+	"fmt"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// The analysis below decides, once per compiled template, which parts of
-// the input and of the candidate node a template can read. Its result is
-// the memo key: two reviews that agree on every recorded part get the same
-// verdict. It must over-approximate, never under-approximate:
-//
-//   - every reference rooted at input, or at a variable bound to one
-//     (x := input.a.b, possibly through a chain of such aliases), records
-//     its longest ground prefix;
-//   - a variable that is used whole (passed to a builtin, compared,
-//     returned) records its whole origin;
-//   - data.inventory.cluster["v1"].Node[<the pod's nodeName>] is the
-//     candidate node: reads below it are recorded as node paths, so nodes
-//     that agree on those paths share verdicts whatever their names;
-//   - any other read of data.inventory makes the key include the inventory
-//     generation; a `with` on input or data widens to the whole input and
-//     the inventory;
-//   - arguments flow into user functions: the function's body is analysed
-//     with its parameters bound to the arguments' origins, so a helper such
-//     as is_update(input.review) records input.review.operation only;
-//   - object.get(x, "k", default) reads x.k;
-//   - templates that call nondeterministic builtins are never memoised.
-
-// nodeNamePath is input.review.object.spec.nodeName.
-var nodeNamePath = []*ast.Term{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("spec"), ast.StringTerm("nodeName")}
-
-// root names what an origin path is relative to.
-type root uint8
-
-const (
-	rootInput root = iota + 1
-	rootNode
-	// rootConst is a value fixed for the constraint: its parameters, a
-	// default given to object.get, or a rule computed from them.
-	rootConst
-)
-
 type origin struct {
-	root root
+	root Root
 	path []*ast.Term
 	// value is the constant's value (rootConst only; nil when unknown).
 	value ast.Value
@@ -62,11 +26,11 @@ func (o origin) extend(ts ...*ast.Term) origin {
 		if o.value == nil {
 			return o
 		}
-		t := lookup(o.value, ts)
-		if t == undefinedTerm {
+		v, ok := find(o.value, ts)
+		if !ok {
 			return origin{root: rootConst, exact: o.exact}
 		}
-		return origin{root: rootConst, value: t.Value, exact: o.exact}
+		return origin{root: rootConst, value: v, exact: o.exact}
 	}
 	if !o.exact {
 		o.below += len(ts)
@@ -78,57 +42,12 @@ func (o origin) extend(ts ...*ast.Term) origin {
 	return origin{root: o.root, path: p, exact: o.exact}
 }
 
-// analysis is what a template can read.
-type analysis struct {
-	inputPaths [][]*ast.Term
-	nodePaths  [][]*ast.Term
-	// nodeExists are node paths only tested for truth (`node.x` alone as
-	// an expression): the key holds whether they are defined and not
-	// false, not their value.
-	nodeExists       [][]*ast.Term
-	inventoryOther   bool
-	nondeterministic bool
-	// nodeNameObserved: the verdict can depend on the candidate's name
-	// itself, not only on the Node object found under it.
-	nodeNameObserved bool
-}
-
-// perPod reports whether the template cannot see which node is the candidate.
-func (a *analysis) perPod() bool {
-	return len(a.nodePaths) == 0 && len(a.nodeExists) == 0 && !a.nodeNameObserved
-}
-
-// readsNodeName reports whether the verdict can depend on the node's name
-// itself (not only on the Node object found under it).
-func (a *analysis) readsNodeName() bool { return a.nodeNameObserved }
-
-func (a *analysis) describe() []string {
-	var out []string
-	for _, p := range a.inputPaths {
-		out = append(out, "input"+pathString(p))
+func find(v ast.Value, path []*ast.Term) (ast.Value, bool) {
+	if len(path) == 0 {
+		return v, true
 	}
-	for _, p := range a.nodePaths {
-		out = append(out, "node"+pathString(p))
-	}
-	for _, p := range a.nodeExists {
-		out = append(out, "node"+pathString(p)+" (defined)")
-	}
-	if a.inventoryOther {
-		out = append(out, "data.inventory (any change)")
-	}
-	return out
-}
-
-func pathString(p []*ast.Term) string {
-	var b strings.Builder
-	for _, t := range p {
-		if s, ok := t.Value.(ast.String); ok && ast.IsVarCompatibleString(string(s)) {
-			b.WriteString("." + string(s))
-		} else {
-			b.WriteString("[" + t.String() + "]")
-		}
-	}
-	return b.String()
+	found, err := v.Find(ast.Ref(path))
+	return found, err == nil
 }
 
 // observes reports whether a read through o can see the value at target.
@@ -136,7 +55,7 @@ func pathString(p []*ast.Term) string {
 // target (the node name) is a string, and indexing a string is undefined,
 // so input.review.object.spec[field][_] never sees spec.nodeName.
 func observes(o origin, target []*ast.Term) bool {
-	if !prefixRelated(o.path, target) {
+	if !PrefixRelated(o.path, target) {
 		return false
 	}
 	if !o.exact && len(o.path) < len(target) && o.below > len(target)-len(o.path) {
@@ -145,26 +64,25 @@ func observes(o origin, target []*ast.Term) bool {
 	return true
 }
 
-func prefixRelated(a, b []*ast.Term) bool {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if !a[i].Equal(b[i]) {
-			return false
-		}
-	}
-	return true
+// read is one recorded read, with where it happened for Why.
+type read struct {
+	root  Root
+	path  []*ast.Term
+	o     origin
+	where string
 }
 
 // analyzer walks the compiled modules of one template.
 type analyzer struct {
 	compiler *ast.Compiler
 	root     ast.Ref
-	reads    map[root][][]*ast.Term
-	// observesNodeName: some read can see input.review.object.spec.nodeName.
-	observesNodeName bool
-	exists           map[root][][]*ast.Term
-	inv              bool
-	nondet           bool
+	// violation is the template's violation rule.
+	violation ast.Ref
+	reads     []read
+	exists    [][]*ast.Term
+	messages  []source
+	inv       bool
+	nondet    bool
 	// active guards against recursion through functions.
 	active map[*ast.Rule]int
 	// params are the constraint's parameters: references into them, and
@@ -173,77 +91,82 @@ type analyzer struct {
 	params ast.Value
 	// consts caches the constant value of complete rules (nil: not constant).
 	consts map[string]*origin
+	// at is the expression being analysed, for Why.
+	at *ast.Expr
+	// why collects reasons found on the way (printed values refused).
+	why []string
 }
 
 const maxCallDepth = 8
 
-func analyzeTemplate(c *ast.Compiler, rules []*ast.Rule, base ast.Ref, params ast.Value) *analysis {
-	z := &analyzer{compiler: c, root: base, reads: map[root][][]*ast.Term{}, exists: map[root][][]*ast.Term{}, active: map[*ast.Rule]int{}, params: params, consts: map[string]*origin{}}
+// Analyze reads the compiled rules of one template (rules: every rule of
+// its modules; root: the template's private namespace; params: a
+// constraint's parameters, or nil for the template alone).
+func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value) *Result {
+	z := &analyzer{
+		compiler:  c,
+		root:      root,
+		violation: root.Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")),
+		active:    map[*ast.Rule]int{},
+		params:    params,
+		consts:    map[string]*origin{},
+	}
 	for _, r := range rules {
 		for x := r; x != nil; x = x.Else {
-			z.rule(x, map[ast.Var]origin{}, 0)
+			// A function's printed value is judged again at each call;
+			// here it only needs to stay defined.
+			z.messages = append(z.messages, z.rule(x, map[ast.Var]origin{}, 0)...)
 		}
 	}
-	a := &analysis{inventoryOther: z.inv, nondeterministic: z.nondet, nodeNameObserved: z.observesNodeName}
-	a.inputPaths = minimizePaths(z.reads[rootInput], true)
-	a.nodePaths = minimizePaths(z.reads[rootNode], false)
-	for _, p := range minimizePaths(z.exists[rootNode], false) {
-		covered := false
-		for _, q := range a.nodePaths {
-			if len(q) <= len(p) && prefixRelated(q, p) {
-				covered = true
-			}
-		}
-		if !covered {
-			a.nodeExists = append(a.nodeExists, p)
-		}
-	}
-	return a
+	return z.result()
 }
 
-// minimizePaths drops paths that lie below another path of the set, and
-// sorts the rest so that keys are built in a stable order. A read of the
-// whole input becomes a read of input.review: parameters are constant
-// for a constraint, and the memo is per constraint.
-func minimizePaths(paths [][]*ast.Term, input bool) [][]*ast.Term {
-	var clean [][]*ast.Term
-	for _, p := range paths {
-		if len(p) == 0 && input {
-			p = []*ast.Term{ast.StringTerm("review")}
-		}
-		clean = append(clean, p)
+// where describes the expression being analysed: its text and line.
+func (z *analyzer) where() string {
+	if z.at == nil {
+		return ""
 	}
-	sort.Slice(clean, func(i, j int) bool { return len(clean[i]) < len(clean[j]) })
-	var out [][]*ast.Term
-	for _, p := range clean {
-		covered := false
-		for _, q := range out {
-			if len(q) <= len(p) && prefixRelated(q, p) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			out = append(out, p)
-		}
+	text := z.at.String()
+	if z.at.Location != nil && len(z.at.Location.Text) > 0 {
+		text = string(z.at.Location.Text)
 	}
-	sort.Slice(out, func(i, j int) bool { return pathString(out[i]) < pathString(out[j]) })
-	return out
+	text = strings.Join(strings.Fields(text), " ")
+	if len(text) > 100 {
+		text = text[:97] + "..."
+	}
+	if z.at.Location != nil && z.at.Location.Row > 0 {
+		return fmt.Sprintf("`%s` (line %d)", text, z.at.Location.Row)
+	}
+	return "`" + text + "`"
 }
 
 func (z *analyzer) read(o origin) {
 	if o.root == rootConst {
 		return
 	}
-	z.reads[o.root] = append(z.reads[o.root], o.path)
-	if o.root == rootInput && observes(o, nodeNamePath) {
-		z.observesNodeName = true
-	}
+	z.reads = append(z.reads, read{root: o.root, path: o.path, o: o, where: z.where()})
+}
+
+// scope is the state of one rule body: which variables hold strings
+// built from printed values (see flow.go).
+type scope struct {
+	rule        *ast.Rule
+	occurrences map[ast.Var]int
+	strings     map[ast.Var]*printed
+	// violation: the rule is the template's violation rule, whose head is
+	// a sink for printed values.
+	violation bool
+	// headVar is the violation head's element when the compiler bound it
+	// in the body (`__local1__ = {"msg": ..., "details": ...}`); headDone
+	// once that binding was taken as the head.
+	headVar  ast.Var
+	headDone bool
 }
 
 // rule analyses one rule with its variables bound as in env (function
-// parameters bound to the caller's arguments).
-func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) {
+// parameters bound to the caller's arguments). For a function whose value
+// is a string built only from printed values, it returns their sources.
+func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
 	z.active[r]++
 	defer func() { z.active[r]-- }()
 	seen := map[ast.Var]bool{}
@@ -253,49 +176,72 @@ func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) {
 	for _, arg := range r.Head.Args {
 		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
 	}
+	sc := newScope(r, r.Path().Equal(z.violation))
 	for _, e := range r.Body {
-		z.expr(e, env, seen, depth)
+		z.expr(e, env, seen, depth, sc)
 	}
-	// Head terms use variables whole: what a rule returns escapes it.
-	if r.Head.Key != nil {
-		z.walk(r.Head.Key, env, depth)
-	}
-	if r.Head.Value != nil {
-		z.walk(r.Head.Value, env, depth)
+	z.at = nil
+	// Head terms use variables whole: what a rule returns escapes it,
+	// except where the head is a sink for printed values.
+	var ret ast.Var
+	hasRet := false
+	switch {
+	case sc.violation && r.Head.Key != nil:
+		if !sc.headDone {
+			z.element(r.Head.Key, env, depth, sc)
+		}
+	case len(r.Head.Args) > 0 && r.Head.Value != nil:
+		if v, ok := r.Head.Value.Value.(ast.Var); ok && sc.strings[v] != nil {
+			sc.strings[v].allowed++
+			ret, hasRet = v, true
+		} else {
+			z.walk(r.Head.Value, env, depth)
+		}
+	default:
+		if r.Head.Key != nil {
+			z.walk(r.Head.Key, env, depth)
+		}
+		if r.Head.Value != nil {
+			z.walk(r.Head.Value, env, depth)
+		}
 	}
 	for _, t := range r.Head.Reference[1:] {
 		z.walk(t, env, depth)
 	}
+	return z.settle(sc, ret, hasRet)
 }
 
-func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bool, depth int) {
+func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) {
+	z.at = e
 	defer ast.WalkVars(e, func(v ast.Var) bool { seen[v] = true; return false })
 	for _, w := range e.With {
 		if ref, ok := w.Target.Value.(ast.Ref); ok {
-			if ref[0].Equal(ast.InputRootDocument) {
-				z.read(origin{root: rootInput})
-			} else {
+			if !ref[0].Equal(ast.InputRootDocument) {
 				z.inv = true
-				z.read(origin{root: rootInput})
 			}
+			z.read(origin{root: Input, exact: true})
 		}
 		z.walk(w.Value, env, depth)
 	}
 	if !e.Negated && len(e.With) == 0 && e.IsEquality() {
 		terms := e.Terms.([]*ast.Term)
-		if z.bind(terms[1], terms[2], env, seen, depth) || z.bind(terms[2], terms[1], env, seen, depth) {
+		if z.bind(terms[1], terms[2], env, seen, depth, sc) || z.bind(terms[2], terms[1], env, seen, depth, sc) {
 			return
 		}
 	}
 	if e.IsCall() {
-		z.call(e.Operator(), e.Operands(), env, seen, depth)
+		if len(e.With) == 0 && !e.Negated {
+			z.call(e.Operator(), e.Operands(), env, seen, depth, sc)
+		} else {
+			z.call(e.Operator(), e.Operands(), env, seen, depth, nil)
+		}
 		return
 	}
 	if t, ok := e.Terms.(*ast.Term); ok && len(e.With) == 0 {
 		// A lone term is a truth test: for a node path, whether it is
 		// defined and not false is all the verdict can depend on.
-		if o, ok := z.resolve(t, env, depth); ok && o.root == rootNode && o.exact {
-			z.exists[rootNode] = append(z.exists[rootNode], o.path)
+		if o, ok := z.resolve(t, env, depth); ok && o.root == Node && o.exact {
+			z.exists = append(z.exists, o.path)
 			return
 		}
 	}
@@ -303,11 +249,26 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 }
 
 // bind handles `v = value` where v is a fresh variable and value has an
-// origin: v becomes an alias. It reports whether it handled the expression.
-func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int) bool {
+// origin (v becomes an alias), is a printed string (v is one too), or is
+// the violation head's element. It reports whether it handled the
+// expression.
+func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) bool {
 	v, ok := lhs.Value.(ast.Var)
 	if !ok || seen[v] || v.IsWildcard() {
 		return false
+	}
+	if sc != nil {
+		if rv, ok := rhs.Value.(ast.Var); ok && sc.strings[rv] != nil {
+			sc.alias(v, rv)
+			return true
+		}
+		if sc.violation && v == sc.headVar {
+			if _, isObj := rhs.Value.(ast.Object); isObj {
+				z.element(rhs, env, depth, sc)
+				sc.headDone = true
+				return true
+			}
+		}
 	}
 	o, ok := z.resolve(rhs, env, depth)
 	if !ok {
@@ -328,7 +289,7 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 	switch v := t.Value.(type) {
 	case ast.Var:
 		if v.Equal(ast.InputRootDocument.Value) {
-			return origin{root: rootInput, exact: true}, true
+			return origin{root: Input, exact: true}, true
 		}
 		o, ok := env[v]
 		return o, ok
@@ -337,7 +298,7 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 		rest := v[1:]
 		switch {
 		case v[0].Equal(ast.InputRootDocument):
-			base = origin{root: rootInput, exact: true}
+			base = origin{root: Input, exact: true}
 			if len(rest) > 0 && rest[0].Equal(ast.StringTerm("parameters")) && z.params != nil {
 				base = origin{root: rootConst, value: z.params, exact: true}
 				rest = rest[1:]
@@ -353,7 +314,7 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 				return origin{}, false
 			}
 			if len(v) >= 6 && v[2].Equal(ast.StringTerm("cluster")) && v[3].Equal(ast.StringTerm("v1")) && v[4].Equal(ast.StringTerm("Node")) && z.isNodeName(v[5], env) {
-				base = origin{root: rootNode, exact: true}
+				base = origin{root: Node, exact: true}
 				rest = v[6:]
 			} else {
 				z.inv = true
@@ -390,6 +351,10 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 	return origin{}, false
 }
 
+func isInventoryRef(r ast.Ref) bool {
+	return len(r) >= 2 && r[0].Equal(ast.DefaultRootDocument) && r[1].Equal(ast.StringTerm("inventory"))
+}
+
 // substituteConsts replaces variables holding a known scalar constant by
 // their value, so that ground prefixes reach past them.
 func (z *analyzer) substituteConsts(path []*ast.Term, env map[ast.Var]origin) []*ast.Term {
@@ -422,6 +387,12 @@ func (z *analyzer) substituteConsts(path []*ast.Term, env map[ast.Var]origin) []
 // substituteTerm replaces constant variables inside an array literal
 // (object.get's path argument).
 func (z *analyzer) substituteTerm(t *ast.Term, env map[ast.Var]origin) *ast.Term {
+	if v, ok := t.Value.(ast.Var); ok {
+		if o, ok := env[v]; ok && o.root == rootConst && o.value != nil {
+			return ast.NewTerm(o.value)
+		}
+		return t
+	}
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
 		return t
@@ -449,9 +420,11 @@ func (z *analyzer) constRule(ref ast.Ref) *origin {
 	r := rules[0]
 	env := map[ast.Var]origin{}
 	seen := map[ast.Var]bool{}
+	at := z.at
 	for _, e := range r.Body {
-		z.expr(e, env, seen, 0)
+		z.expr(e, env, seen, 0, nil)
 	}
+	z.at = at
 	o, ok := z.resolve(r.Head.Value, env, 0)
 	if !ok && r.Head.Value.IsGround() {
 		o, ok = origin{root: rootConst, value: r.Head.Value.Value, exact: true}, true
@@ -475,45 +448,28 @@ func (z *analyzer) isNodeName(t *ast.Term, env map[ast.Var]origin) bool {
 		if !v[0].Equal(ast.InputRootDocument) || !v.IsGround() {
 			return false
 		}
-		o = origin{root: rootInput, path: v[1:], exact: true}
+		o = origin{root: Input, path: v[1:], exact: true}
 	default:
 		return false
 	}
-	return o.root == rootInput && o.exact && len(o.path) == len(nodeNamePath) && prefixRelated(o.path, nodeNamePath)
+	return o.root == Input && o.exact && len(o.path) == len(NodeNamePath) && PrefixRelated(o.path, NodeNamePath)
 }
 
 // call handles a call expression: user functions are analysed with their
 // parameters bound to the arguments' origins; object.get with a constant
-// key reads below its object; other builtins use their arguments whole.
-func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int) {
+// key reads below its object; sprintf may build a printed string; other
+// builtins use their arguments whole.
+func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) {
 	name := op.String()
 	if b, ok := ast.BuiltinMap[name]; ok {
 		if b.Nondeterministic {
 			z.nondet = true
 		}
-		if name == ast.ObjectGet.Name && len(args) == 4 {
-			if o, ok := z.resolve(args[0], env, depth); ok && o.exact {
-				if key, ok := constantPath(z.substituteTerm(args[1], env)); ok {
-					z.walk(args[2], env, depth)
-					if o.root == rootConst {
-						c := o.extend(key...)
-						if c.value == nil && args[2].IsGround() {
-							c.value = args[2].Value
-						}
-						if out, ok := args[3].Value.(ast.Var); ok && !seen[out] {
-							env[out] = c
-							return
-						}
-					}
-					if out, ok := args[3].Value.(ast.Var); ok && !seen[out] {
-						env[out] = o.extend(key...)
-						return
-					}
-					z.read(o.extend(key...))
-					z.walk(args[3], env, depth)
-					return
-				}
-			}
+		if name == ast.Sprintf.Name && sc != nil && z.sprintf(args, env, seen, depth, sc) {
+			return
+		}
+		if name == ast.ObjectGet.Name && len(args) == 4 && z.objectGet(args, env, seen, depth) {
+			return
 		}
 		for _, a := range args {
 			z.walk(a, env, depth)
@@ -528,16 +484,62 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		}
 		return
 	}
+	z.userCall(rules, args, env, seen, depth, sc)
+}
+
+// objectGet handles object.get(x, key, default, out) with a constant key:
+// out is an alias of x.key (or a constant, for a constant x).
+func (z *analyzer) objectGet(args []*ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int) bool {
+	o, ok := z.resolve(args[0], env, depth)
+	if !ok || !o.exact {
+		return false
+	}
+	key, ok := constantPath(z.substituteTerm(args[1], env))
+	if !ok {
+		return false
+	}
+	z.walk(args[2], env, depth)
+	out, isVar := args[3].Value.(ast.Var)
+	fresh := isVar && !seen[out]
+	if o.root == rootConst {
+		c := o.extend(key...)
+		if c.value == nil && args[2].IsGround() {
+			c.value = args[2].Value
+		} else if c.value == nil {
+			c.root, c.value = rootConst, nil
+		}
+		if fresh {
+			env[out] = c
+			return true
+		}
+	}
+	if fresh {
+		env[out] = o.extend(key...)
+		return true
+	}
+	z.read(o.extend(key...))
+	z.walk(args[3], env, depth)
+	return true
+}
+
+// userCall analyses a call of one of the template's functions: each
+// definition with its parameters bound to the arguments' origins (ground
+// arguments as constants). A single-definition function whose value is a
+// printed string makes the call's output one too.
+func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) {
 	nparams := len(rules[0].Head.Args)
 	for i, a := range args {
 		if i >= nparams {
-			z.walk(a, env, depth) // output variables
+			if v, ok := a.Value.(ast.Var); ok && !seen[v] {
+				continue // the output: bound below or a plain local
+			}
+			z.walk(a, env, depth)
 			continue
 		}
-		if _, isVar := a.Value.(ast.Var); !isVar {
-			if _, isRef := a.Value.(ast.Ref); !isRef {
-				z.walk(a, env, depth)
-			}
+		switch a.Value.(type) {
+		case ast.Var, ast.Ref:
+		default:
+			z.walk(a, env, depth)
 		}
 	}
 	if depth >= maxCallDepth {
@@ -546,6 +548,7 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		}
 		return
 	}
+	var returned [][]source
 	for _, r := range rules {
 		for x := r; x != nil; x = x.Else {
 			if z.active[x] > 0 {
@@ -560,7 +563,7 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 				if i >= len(args) {
 					break
 				}
-				o, ok := z.resolve(args[i], env, depth)
+				o, ok := z.argOrigin(args[i], env, depth)
 				if !ok {
 					continue
 				}
@@ -568,16 +571,48 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 					z.read(o)
 					continue
 				}
-				if pv, ok := p.Value.(ast.Var); ok && !pv.IsWildcard() {
+				if pv, ok := p.Value.(ast.Var); ok {
 					inner[pv] = o
 				} else {
 					// A pattern parameter unifies with the whole argument.
 					z.read(o)
 				}
 			}
-			z.rule(x, inner, depth+1)
+			at := z.at
+			if src := z.rule(x, inner, depth+1); src != nil {
+				returned = append(returned, src)
+			}
+			z.at = at
 		}
 	}
+	single := len(rules) == 1 && rules[0].Else == nil
+	var out ast.Var
+	hasOut := false
+	if len(args) == nparams+1 {
+		out, hasOut = args[nparams].Value.(ast.Var)
+		hasOut = hasOut && !seen[out]
+	}
+	for _, src := range returned {
+		if single && hasOut && sc != nil {
+			sc.strings[out] = &printed{sources: src, allowed: 1}
+			continue
+		}
+		// Several definitions may be compared with each other (a conflict
+		// is an error): their printed values decide.
+		z.refuse(src, "the function that prints it has several definitions")
+	}
+}
+
+// argOrigin is the origin of an argument: an input or node reference, an
+// alias, or a ground value (a constant).
+func (z *analyzer) argOrigin(t *ast.Term, env map[ast.Var]origin, depth int) (origin, bool) {
+	if o, ok := z.resolve(t, env, depth); ok {
+		return o, true
+	}
+	if ast.IsConstant(t.Value) {
+		return origin{root: rootConst, value: t.Value, exact: true}, true
+	}
+	return origin{}, false
 }
 
 // constantPath reads object.get's key: a string, or an array of strings
@@ -609,18 +644,18 @@ func (z *analyzer) walk(x any, env map[ast.Var]origin, depth int) {
 			if v.IsCall() && len(v.With) == 0 && !v.Negated {
 				// Nested bodies (comprehensions, every): calls keep their
 				// function analysis; bindings there are treated as uses.
-				z.call(v.Operator(), v.Operands(), env, map[ast.Var]bool{}, depth)
+				z.call(v.Operator(), v.Operands(), env, map[ast.Var]bool{}, depth, nil)
 				return true
 			}
 			for _, w := range v.With {
 				if ref, ok := w.Target.Value.(ast.Ref); ok && !ref[0].Equal(ast.InputRootDocument) {
 					z.inv = true
 				}
-				z.read(origin{root: rootInput})
+				z.read(origin{root: Input, exact: true})
 			}
 		case ast.Call:
 			if op, ok := v[0].Value.(ast.Ref); ok {
-				z.call(op, v[1:], env, map[ast.Var]bool{}, depth)
+				z.call(op, v[1:], env, map[ast.Var]bool{}, depth, nil)
 				return true
 			}
 		case ast.Ref:
@@ -636,7 +671,7 @@ func (z *analyzer) walk(x any, env map[ast.Var]origin, depth int) {
 			return true
 		case ast.Var:
 			if v.Equal(ast.InputRootDocument.Value) {
-				z.read(origin{root: rootInput})
+				z.read(origin{root: Input, exact: true})
 			} else if o, ok := env[v]; ok {
 				z.read(o)
 			}

@@ -1,0 +1,244 @@
+package analysis
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// analyze compiles rego (Rego v1, package p) as template K and analyses it.
+func analyze(t *testing.T, rego string, params string) *Result {
+	t.Helper()
+	src := "package templates.K.template\n" + rego
+	m, err := ast.ParseModuleWithOpts("t.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	c := ast.NewCompiler()
+	c.Compile(map[string]*ast.Module{"t.rego": m})
+	if c.Failed() {
+		t.Fatalf("compile: %v", c.Errors)
+	}
+	var pv ast.Value
+	if params != "" {
+		pv = ast.MustParseTerm(params).Value
+	}
+	root := ast.MustParseRef("data.templates.K")
+	return Analyze(c, c.Modules["t.rego"].Rules, root, pv)
+}
+
+const nodeRef = `node := data.inventory.cluster.v1.Node[input.review.object.spec.nodeName]`
+
+func TestAnalyze(t *testing.T) {
+	cases := []struct {
+		name   string
+		rego   string
+		params string
+		// reads is Describe(): key paths, then printed paths.
+		reads []string
+		class Class
+	}{
+		{
+			name:  "pod name printed, node label read",
+			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\nnode.metadata.labels.tenant != \"a\"\nmsg := sprintf(\"pod %v may not run here\", [input.review.object.metadata.name])\n}",
+			reads: []string{`node.metadata.labels.tenant`, `input.review.object.metadata.name (message only)`},
+			class: PerPodNodeClass,
+		},
+		{
+			name:  "node name printed through an alias and in details",
+			rego:  "violation contains {\"msg\": msg, \"details\": {\"node\": node.metadata.name}} if {\n" + nodeRef + "\nnode.metadata.labels.spot\nn := node.metadata\nmsg := sprintf(\"node %s is spot\", [n.name])\n}",
+			reads: []string{`node.metadata.labels.spot (defined)`, `node.metadata.name (message only)`},
+			class: PerPodNodeClass,
+		},
+		{
+			name:  "spec.nodeName printed",
+			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\nnode.metadata.labels.x == \"y\"\nmsg := sprintf(\"%v on %v\", [input.review.object.metadata.name, input.review.object.spec.nodeName])\n}",
+			reads: []string{`node.metadata.labels.x`, `input.review.object.metadata.name (message only)`, `input.review.object.spec.nodeName (message only)`},
+			class: PerPodNodeClass,
+		},
+		{
+			name:  "pod name in a condition",
+			rego:  "violation contains {\"msg\": msg} if {\nstartswith(input.review.object.metadata.name, \"web\")\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "message used in a condition",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\ncount(msg) > 3\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "width verb",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%10v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "%d verb",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%d\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "argument index",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%[1]v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "%q is allowed, marked",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%q\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+		{
+			name:   "format from the parameters",
+			rego:   "violation contains {\"msg\": msg} if {\nmsg := sprintf(input.parameters.format, [input.review.object.metadata.name])\n}",
+			params: `{"format": "pod %v"}`,
+			reads:  []string{`input.review.object.metadata.name (message only)`},
+			class:  PerPodClass,
+		},
+		{
+			name:  "format not constant",
+			rego:  "violation contains {\"msg\": msg} if {\nf := concat(\"\", [\"%\", \"v\"])\nmsg := sprintf(f, [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "single-definition helper builds the message",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := pod_msg(input.review.object)\n}\npod_msg(o) := m if { m := sprintf(\"pod %v\", [o.metadata.name]) }",
+			reads: []string{`input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+		{
+			name:  "multi-definition helper",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := pod_msg(input.review.object)\n}\npod_msg(o) := m if { o.spec.a; m := sprintf(\"pod %v\", [o.metadata.name]) }\npod_msg(o) := m if { not o.spec.a; m := sprintf(\"pod %v!\", [o.metadata.name]) }",
+			reads: []string{`input.review.object.metadata.name`, `input.review.object.spec.a`},
+			class: PerPodEach,
+		},
+		{
+			name:  "upper of the name",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := upper(input.review.object.metadata.name)\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "name placed as msg",
+			rego:  "violation contains {\"msg\": input.review.object.metadata.name} if {\ninput.review.object.spec.hostNetwork\n}",
+			reads: []string{`input.review.object.spec.hostNetwork`, `input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+		{
+			name:  "name as a details key",
+			rego:  "violation contains {\"msg\": \"x\", \"details\": {input.review.object.metadata.name: 1}} if { true }",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "name in a set",
+			rego:  "violation contains {\"msg\": msg} if {\ns := {input.review.object.metadata.name}\ncount(s) == 1\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "pod name compared with node name",
+			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\ninput.review.object.metadata.name == node.metadata.name\nmsg := sprintf(\"%v %v\", [input.review.object.metadata.name, node.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`, `node.metadata.name`},
+			class: PerPodNode,
+		},
+		{
+			name:  "spec printed whole holds the node name",
+			rego:  "violation contains {\"msg\": msg} if {\nmsg := sprintf(\"%v\", [input.review.object.spec])\n}",
+			reads: []string{`input.review.object.spec`},
+			class: PerPodNode,
+		},
+		{
+			name:  "literal argument bound: has_field(spec, \"securityContext\")",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nspec := input.review.object.spec\nnot has_field(spec, \"securityContext\")\n}\nhas_field(o, f) if { o[f] }",
+			reads: []string{`input.review.object.spec.securityContext`},
+			class: PerPodClass,
+		},
+		{
+			name:   "wildcard parameter reads nothing",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nallowed(input.review.object.spec)\n}\nallowed(_) if { input.parameters.any }",
+			params: `{"any": true}`,
+			reads:  nil,
+			class:  PerPodClass,
+		},
+		{
+			name:  "node name read in a condition",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nstartswith(input.review.object.spec.nodeName, \"gpu-\")\n}",
+			reads: []string{`input.review.object.spec.nodeName`},
+			class: PerPodNode,
+		},
+		{
+			name:  "other inventory read keeps the printed node name",
+			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\ncount(data.inventory.cluster.v1.Node) > 1\nmsg := sprintf(\"%v\", [node.metadata.name])\n}",
+			reads: []string{`node.metadata.name`, `data.inventory (any change)`},
+			class: PerPodClassNode,
+		},
+		{
+			name:  "missing value stays defined: printed but unused",
+			rego:  "violation contains {\"msg\": \"x\"} if {\n_ := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := analyze(t, tc.rego, tc.params)
+			got := a.Describe()
+			want := tc.reads
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("reads:\n got  %q\n want %q\nwhy: %s", got, want, strings.Join(a.Why, "\n"))
+			}
+			if c := a.Classify(); c != tc.class {
+				t.Errorf("class %q, want %q; why: %s", c, tc.class, strings.Join(a.Why, "\n"))
+			}
+		})
+	}
+}
+
+func TestParseVerbs(t *testing.T) {
+	cases := []struct {
+		format string
+		want   string // per verb: p plain, q quote, x other
+		err    bool
+	}{
+		{"%v and %s", "pp", false},
+		{"100%% %v", "p", false},
+		{"%q", "q", false},
+		{"%5v %-v %.2s %+v %#v %d", "xxxxxx", false},
+		{"%[1]v", "", true},
+		{"%*v", "", true},
+		{"trailing %", "", true},
+		{"%!", "x", false},
+		{"ü %v 日本", "p", false},
+	}
+	for _, tc := range cases {
+		vs, err := parseVerbs(tc.format)
+		if (err != nil) != tc.err {
+			t.Errorf("%q: err %v, want error %v", tc.format, err, tc.err)
+			continue
+		}
+		var got strings.Builder
+		for _, v := range vs {
+			switch {
+			case v.plain:
+				got.WriteByte('p')
+			case v.quote:
+				got.WriteByte('q')
+			default:
+				got.WriteByte('x')
+			}
+		}
+		if got.String() != tc.want {
+			t.Errorf("%q: verbs %q, want %q", tc.format, got.String(), tc.want)
+		}
+	}
+}

@@ -1,0 +1,34 @@
+// Package analysis decides, once per compiled ConstraintTemplate (and once
+// more per constraint, with its parameters known), what a template's
+// verdict can depend on. Its Result is the memo key of the engine: two
+// reviews that agree on every path it lists get the same verdict.
+//
+// It owns the static reading of compiled Rego: aliases, helper functions,
+// constants from parameters, the candidate node, and the values that only
+// flow into a violation's message. It does not evaluate anything, hold
+// values or know the engine: it is a leaf package (OPA's ast only) that the
+// engine in package opa calls when it compiles templates and binds
+// constraints.
+//
+// The contract: a Result over-approximates, never under-approximates.
+//
+//   - every reference rooted at input, or at a variable bound to one
+//     (x := input.a.b, possibly through a chain of such aliases), records
+//     its longest ground prefix;
+//   - a variable that is used whole (passed to a builtin, compared,
+//     returned) records its whole origin;
+//   - data.inventory.cluster["v1"].Node[<the pod's nodeName>] is the
+//     candidate node: reads below it are recorded as node paths, so nodes
+//     that agree on those paths share verdicts whatever their names;
+//   - any other read of data.inventory sets InventoryOther; a `with` on
+//     input or data widens to the whole input and the inventory;
+//   - arguments flow into user functions: the function's body is analysed
+//     with its parameters bound to the arguments' origins (literal
+//     arguments as constants), so a helper such as has_field(spec,
+//     "securityContext") records spec.securityContext only;
+//   - object.get(x, "k", default) reads x.k;
+//   - templates that call nondeterministic builtins are never memoised;
+//   - a value whose only use is to be printed into a violation's msg or
+//     placed as is into its details (Messages) is not part of the key: see
+//     flow.go for the rules that make this sound, and what falls back.
+package analysis

@@ -1,0 +1,264 @@
+package analysis
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Root names what a path is relative to.
+type Root uint8
+
+const (
+	// Input paths are relative to the template's input ({review, parameters}).
+	Input Root = iota + 1
+	// Node paths are relative to the candidate Node object.
+	Node
+	// rootConst is a value fixed for the constraint: its parameters, a
+	// literal argument, a default given to object.get, or a rule computed
+	// from them. It never appears in a Result.
+	rootConst
+)
+
+// NodeNamePath is input.review.object.spec.nodeName: the candidate's name.
+var NodeNamePath = []*ast.Term{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("spec"), ast.StringTerm("nodeName")}
+
+// MessagePath is a value that only flows into violations' messages and
+// details. The engine evaluates with a placeholder in its place and puts the
+// real value into the results afterwards, provided the real value is a
+// string (and, with Quote, one that %q prints as "value").
+type MessagePath struct {
+	Root Root
+	Path []*ast.Term
+	// Quote: some flow prints it with %q.
+	Quote bool
+}
+
+// Result is what a template can read.
+type Result struct {
+	// InputPaths are the input paths the verdict depends on (minimal: no
+	// path lies below another).
+	InputPaths [][]*ast.Term
+	// NodePaths are the candidate node's paths the verdict depends on.
+	NodePaths [][]*ast.Term
+	// NodeExists are node paths only tested for truth (`node.x` alone as
+	// an expression): the key holds whether they are defined and not
+	// false, not their value.
+	NodeExists [][]*ast.Term
+	// InventoryOther: the template reads data.inventory beyond the
+	// candidate node.
+	InventoryOther bool
+	// Nondeterministic: the template calls time.now_ns, rand.* or similar.
+	Nondeterministic bool
+	// NodeNameObserved: the verdict can depend on the candidate's name
+	// itself, not only on the Node object found under it.
+	NodeNameObserved bool
+	// Messages are the pod's input paths (never the node name) and the
+	// node's paths that only reach messages; NodeNameMessage says that
+	// input.review.object.spec.nodeName does too (NodeNameQuote: with %q).
+	Messages        []MessagePath
+	NodeNameMessage bool
+	NodeNameQuote   bool
+	// Why explains what makes the template costlier than once per (pod
+	// class, node class): reads of the node's name, of values unique to a
+	// pod or a node, and printed values that could not be left out of the
+	// key, each with the construct and its line.
+	Why []string
+}
+
+// PerPod reports whether the template cannot see which node is the
+// candidate: it is evaluated once per pod, not once per node.
+func (a *Result) PerPod() bool {
+	return len(a.NodePaths) == 0 && len(a.NodeExists) == 0 && !a.NodeNameObserved && !a.NodeNameMessage && !a.readsNodeMessage()
+}
+
+func (a *Result) readsNodeMessage() bool {
+	for _, m := range a.Messages {
+		if m.Root == Node {
+			return true
+		}
+	}
+	return false
+}
+
+// Describe lists the paths of the key and the printed paths, for
+// /debug/policies.
+func (a *Result) Describe() []string {
+	var out []string
+	for _, p := range a.InputPaths {
+		out = append(out, "input"+PathString(p))
+	}
+	for _, p := range a.NodePaths {
+		out = append(out, "node"+PathString(p))
+	}
+	for _, p := range a.NodeExists {
+		out = append(out, "node"+PathString(p)+" (defined)")
+	}
+	if a.InventoryOther {
+		out = append(out, "data.inventory (any change)")
+	}
+	for _, m := range a.Messages {
+		root := "input"
+		if m.Root == Node {
+			root = "node"
+		}
+		out = append(out, root+PathString(m.Path)+" (message only)")
+	}
+	if a.NodeNameMessage {
+		out = append(out, "input"+PathString(NodeNamePath)+" (message only)")
+	}
+	return out
+}
+
+// PathString renders a path as Rego does: .name for identifiers, ["key"]
+// for the rest.
+func PathString(p []*ast.Term) string {
+	var b strings.Builder
+	for _, t := range p {
+		if s, ok := t.Value.(ast.String); ok && ast.IsVarCompatibleString(string(s)) {
+			b.WriteString("." + string(s))
+		} else {
+			b.WriteString("[" + t.String() + "]")
+		}
+	}
+	return b.String()
+}
+
+// PrefixRelated reports whether one path is a prefix of the other.
+func PrefixRelated(a, b []*ast.Term) bool {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether some path of set is a prefix of p.
+func covers(set [][]*ast.Term, p []*ast.Term) bool {
+	for _, q := range set {
+		if len(q) <= len(p) && PrefixRelated(q, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func related(set [][]*ast.Term, p []*ast.Term) bool {
+	for _, q := range set {
+		if PrefixRelated(q, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// minimizePaths drops paths that lie below another path of the set, and
+// sorts the rest so that keys are built in a stable order. A read of the
+// whole input becomes a read of input.review: parameters are constant
+// for a constraint, and the memo is per constraint.
+func minimizePaths(paths [][]*ast.Term, input bool) [][]*ast.Term {
+	var clean [][]*ast.Term
+	for _, p := range paths {
+		if len(p) == 0 && input {
+			p = []*ast.Term{ast.StringTerm("review")}
+		}
+		clean = append(clean, p)
+	}
+	sort.SliceStable(clean, func(i, j int) bool { return len(clean[i]) < len(clean[j]) })
+	var out [][]*ast.Term
+	for _, p := range clean {
+		if !covers(out, p) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return PathString(out[i]) < PathString(out[j]) })
+	return out
+}
+
+// uniquePodPaths are review paths that differ between any two pods, and
+// uniqueNodePaths node paths that differ between any two nodes: a key
+// holding them is worth nothing to another pod or node.
+var (
+	uniquePodPaths = [][]*ast.Term{
+		{ast.StringTerm("review"), ast.StringTerm("name")},
+		{ast.StringTerm("review"), ast.StringTerm("uid")},
+		{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("name")},
+		{ast.StringTerm("review"), ast.StringTerm("object"), ast.StringTerm("metadata"), ast.StringTerm("uid")},
+	}
+	uniqueNodePaths = [][]*ast.Term{
+		{ast.StringTerm("metadata"), ast.StringTerm("name")},
+		{ast.StringTerm("metadata"), ast.StringTerm("uid")},
+		{ast.StringTerm("metadata"), ast.StringTerm("labels"), ast.StringTerm("kubernetes.io/hostname")},
+		{ast.StringTerm("status"), ast.StringTerm("addresses")},
+		{ast.StringTerm("status"), ast.StringTerm("nodeInfo")},
+	}
+)
+
+// PodUnique reports whether the key holds a value unique to each pod (its
+// name or uid): no other pod can reuse its memo entries.
+func (a *Result) PodUnique() bool {
+	for _, p := range a.InputPaths {
+		if related(uniquePodPaths, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeUnique reports whether the node part of the key holds a value
+// unique to each node: every node is its own class.
+func (a *Result) NodeUnique() bool {
+	for _, p := range a.NodePaths {
+		if related(uniqueNodePaths, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Class names how often the template is evaluated, for explain and tests.
+type Class string
+
+const (
+	// PerPodClass: once per pod class (pods that agree on the key).
+	PerPodClass Class = "per pod class"
+	// PerPodEach: once per pod (the key holds the pod's name or uid).
+	PerPodEach Class = "per pod"
+	// PerPodNodeClass: once per (pod class, node class).
+	PerPodNodeClass Class = "per (pod class, node class)"
+	// PerPodEachNodeClass: once per (pod, node class): the key holds the
+	// pod's name or uid.
+	PerPodEachNodeClass Class = "per (pod, node class)"
+	// PerPodClassNode: once per (pod class, node): the key holds a value
+	// unique to each node (its name, hostname label, addresses).
+	PerPodClassNode Class = "per (pod class, node)"
+	// PerPodNode: once per (pod, node): the verdict can depend on the
+	// node's name, or the key holds values unique to pods and nodes.
+	PerPodNode Class = "per (pod, node)"
+	// Never: nondeterministic, evaluated on every question.
+	Never Class = "never memoised"
+)
+
+// Classify names the evaluation class of a Result.
+func (a *Result) Classify() Class {
+	switch {
+	case a.Nondeterministic:
+		return Never
+	case a.NodeNameObserved:
+		return PerPodNode
+	case a.PerPod() && a.PodUnique():
+		return PerPodEach
+	case a.PerPod():
+		return PerPodClass
+	case a.PodUnique() && a.NodeUnique():
+		return PerPodNode
+	case a.PodUnique():
+		return PerPodEachNodeClass
+	case a.NodeUnique():
+		return PerPodClassNode
+	}
+	return PerPodNodeClass
+}

@@ -1,0 +1,224 @@
+// Package memo holds the engine's remembered verdicts and node classes.
+//
+// It owns two bounded caches and their contracts. A Memo maps (owner, pod
+// key, node class) to a result, where owner names one constraint's memo
+// (kept across policy changes that leave the constraint and its template
+// as they were), the pod key is the values of the input paths the template
+// reads, and the class names the node's values at the node paths it reads.
+// Keys are compared exactly, never by hash alone. It is bounded by the
+// number of results and by their bytes, in two generations: a lookup that
+// finds an entry of the previous generation moves it into the current one,
+// and when the current one holds half the budget the previous one is
+// dropped. What is used keeps being found; what is not ages out in two
+// rotations; a full memo never thrashes a working set that fits half of
+// it. Classes gives each node the class of its projection, remembering
+// nodes by name so that a replaced Node value is never kept alive.
+//
+// It does not know Rego, templates or what a result holds: the engine
+// decides keys and results, this package only remembers them.
+package memo
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Options bound a Memo. Zero values take the defaults.
+type Options struct {
+	// MaxResults bounds the results held (default 1<<18).
+	MaxResults int
+	// MaxBytes bounds their estimated size (default 64 MiB).
+	MaxBytes int64
+}
+
+// Memo remembers results; R is the engine's result type. Safe for
+// concurrent use.
+type Memo[R any] struct {
+	opts Options
+
+	mu        sync.Mutex
+	cur, prev *generation[R]
+	rotations atomic.Uint64
+}
+
+type generation[R any] struct {
+	entries map[uint64][]*Entry[R]
+	results int
+	bytes   int64
+}
+
+func newGeneration[R any]() *generation[R] {
+	return &generation[R]{entries: map[uint64][]*Entry[R]{}}
+}
+
+// Entry holds the results of one (owner, pod key), per node class.
+type Entry[R any] struct {
+	owner uint64
+	key   *ast.Array
+	hash  uint64
+
+	mu      sync.RWMutex
+	byClass map[int]R
+
+	// gen, results and bytes belong to the memo's lock.
+	gen     *generation[R]
+	results int
+	bytes   int64
+}
+
+// New makes an empty memo.
+func New[R any](o Options) *Memo[R] {
+	if o.MaxResults <= 0 {
+		o.MaxResults = 1 << 18
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+	return &Memo[R]{opts: o, cur: newGeneration[R](), prev: newGeneration[R]()}
+}
+
+func hashOf(owner uint64, key *ast.Array) uint64 {
+	return uint64(key.Hash()) ^ (owner * 0x9e3779b97f4a7c15)
+}
+
+// Entry finds or creates the entry of (owner, key). keyBytes estimates the
+// key's size (see Size).
+func (m *Memo[R]) Entry(owner uint64, key *ast.Array, keyBytes int) *Entry[R] {
+	h := hashOf(owner, key)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.cur.find(h, owner, key); e != nil {
+		return e
+	}
+	if e := m.prev.find(h, owner, key); e != nil {
+		m.prev.remove(e)
+		m.prev.results -= e.results
+		m.prev.bytes -= e.bytes
+		m.adopt(e)
+		return e
+	}
+	e := &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(keyBytes) + entryOverhead}
+	m.adopt(e)
+	return e
+}
+
+const (
+	entryOverhead  = 160 // the entry, its map and its slot
+	resultOverhead = 48  // a map slot and the slice header
+)
+
+func (m *Memo[R]) adopt(e *Entry[R]) {
+	e.gen = m.cur
+	m.cur.entries[e.hash] = append(m.cur.entries[e.hash], e)
+	m.cur.results += e.results
+	m.cur.bytes += e.bytes
+	m.maybeRotate()
+}
+
+// maybeRotate drops the previous generation when the current one holds
+// half the budget. Callers hold m.mu.
+func (m *Memo[R]) maybeRotate() {
+	if m.cur.results*2 < m.opts.MaxResults && m.cur.bytes*2 < m.opts.MaxBytes {
+		return
+	}
+	m.prev = m.cur
+	m.cur = newGeneration[R]()
+	m.rotations.Add(1)
+}
+
+func (g *generation[R]) find(h, owner uint64, key *ast.Array) *Entry[R] {
+	for _, e := range g.entries[h] {
+		if e.owner == owner && e.key.Compare(key) == 0 {
+			return e
+		}
+	}
+	return nil
+}
+
+func (g *generation[R]) remove(e *Entry[R]) {
+	list := g.entries[e.hash]
+	for i, x := range list {
+		if x == e {
+			list[i] = list[len(list)-1]
+			list = list[:len(list)-1]
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(g.entries, e.hash)
+	} else {
+		g.entries[e.hash] = list
+	}
+}
+
+// Get finds the result of a class.
+func (e *Entry[R]) Get(class int) (R, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	r, ok := e.byClass[class]
+	return r, ok
+}
+
+// Put stores the result of a class in e; bytes estimates its size.
+func (m *Memo[R]) Put(e *Entry[R], class int, r R, bytes int) {
+	e.mu.Lock()
+	_, had := e.byClass[class]
+	e.byClass[class] = r
+	e.mu.Unlock()
+	if had {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := int64(bytes) + resultOverhead
+	e.results++
+	e.bytes += n
+	if e.gen == m.cur || e.gen == m.prev {
+		e.gen.results++
+		e.gen.bytes += n
+	}
+	m.maybeRotate()
+}
+
+// Stats are the memo's size and how often it rotated.
+type Stats struct {
+	Results   int
+	Bytes     int64
+	Rotations uint64
+}
+
+// Stats reports the results and bytes held in both generations.
+func (m *Memo[R]) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Stats{
+		Results:   m.cur.results + m.prev.results,
+		Bytes:     m.cur.bytes + m.prev.bytes,
+		Rotations: m.rotations.Load(),
+	}
+}
+
+// Size estimates the heap bytes of an AST value, for byte budgets.
+func Size(v ast.Value) int {
+	switch x := v.(type) {
+	case ast.String:
+		return 16 + len(x)
+	case ast.Number:
+		return 16 + len(x)
+	case *ast.Array:
+		n := 24
+		x.Foreach(func(t *ast.Term) { n += 16 + Size(t.Value) })
+		return n
+	case ast.Object:
+		n := 48
+		x.Foreach(func(k, t *ast.Term) { n += 48 + Size(k.Value) + Size(t.Value) })
+		return n
+	case ast.Set:
+		n := 48
+		x.Foreach(func(t *ast.Term) { n += 32 + Size(t.Value) })
+		return n
+	}
+	return 16
+}

@@ -1,0 +1,190 @@
+package opa
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+)
+
+// Values that only reach messages (analysis.MessagePath) are evaluated as
+// placeholders and put back afterwards. A placeholder is
+// "opaph<process token>_<index>_": the token is random per process, so no
+// pod or node can carry one; the index names one path in the engine's
+// registry, so that one placeholder review serves every constraint that
+// prints the same paths. Placeholders are letters, digits and '_': %v, %s,
+// %q and JSON leave them as they are.
+
+// placeholders is the engine's registry of printed paths.
+type placeholders struct {
+	prefix string
+	mu     sync.Mutex
+	byPath map[string]int
+}
+
+func newPlaceholders() *placeholders {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &placeholders{prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byPath: map[string]int{}}
+}
+
+// of gives the placeholder index and text of a path (root-qualified).
+func (ph *placeholders) of(root analysis.Root, path []*ast.Term) (int, string) {
+	k := strconv.Itoa(int(root)) + analysis.PathString(path)
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	i, ok := ph.byPath[k]
+	if !ok {
+		i = len(ph.byPath)
+		ph.byPath[k] = i
+	}
+	return i, ph.text(i)
+}
+
+func (ph *placeholders) text(i int) string { return ph.prefix + strconv.Itoa(i) + "_" }
+
+// msgSlot is one printed path of a bound constraint.
+type msgSlot struct {
+	path  []*ast.Term // below the input (review...) or the node
+	quote bool
+	index int
+	text  string
+}
+
+// substitutable reports whether a real value can stand where the
+// placeholder was: a string, and one that %q prints as "value" when a
+// flow quotes it.
+func substitutable(t *ast.Term, quote bool) (string, bool) {
+	if t == nil {
+		return "", false
+	}
+	s, ok := t.Value.(ast.String)
+	if !ok {
+		return "", false
+	}
+	if quote && strconv.Quote(string(s)) != `"`+string(s)+`"` {
+		return "", false
+	}
+	return string(s), true
+}
+
+// placeholderKey stands in a memo key for "a substitutable value was
+// here": a set, which no JSON value can be.
+var placeholderKey = ast.SetTerm(ast.StringTerm("placeholder"))
+
+// binding is one placeholder and the real value it stands for.
+type binding struct {
+	index int
+	value string
+}
+
+// bindings are the substitutions of one answer.
+type bindings []binding
+
+func (b bindings) lookup(i int) (string, bool) {
+	for _, x := range b {
+		if x.index == i {
+			return x.value, true
+		}
+	}
+	return "", false
+}
+
+// substitute puts real values into results evaluated with placeholders.
+// Results without placeholders are returned as they are; results that
+// become equal are merged again, as the violation set would have.
+func (ph *placeholders) substitute(res []result, b bindings) []result {
+	if len(b) == 0 {
+		return res
+	}
+	holes := 0
+	for i := range res {
+		if res[i].holes {
+			holes++
+		}
+	}
+	if holes == 0 {
+		return res
+	}
+	out := make([]result, len(res))
+	for i, x := range res {
+		if x.holes {
+			x.msg = ph.fill(x.msg, b, false)
+			if len(x.details) > 0 {
+				x.details = []byte(ph.fill(string(x.details), b, true))
+			}
+			x.holes = false
+		}
+		out[i] = x
+	}
+	if holes > 1 || len(out) > 1 {
+		sortResults(out)
+		out = slices.CompactFunc(out, func(a, b result) bool {
+			return a.msg == b.msg && string(a.details) == string(b.details) && a.err == b.err
+		})
+	}
+	return out
+}
+
+// fill replaces every placeholder of s that b binds; inJSON escapes the
+// value as it stands inside a JSON string.
+func (ph *placeholders) fill(s string, b bindings, inJSON bool) string {
+	var sb strings.Builder
+	for {
+		i := strings.Index(s, ph.prefix)
+		if i < 0 {
+			break
+		}
+		rest := s[i+len(ph.prefix):]
+		j := strings.IndexByte(rest, '_')
+		idx, err := strconv.Atoi(rest[:max(j, 0)])
+		value, ok := b.lookup(idx)
+		if j < 0 || err != nil || !ok {
+			sb.WriteString(s[:i+len(ph.prefix)])
+			s = rest
+			continue
+		}
+		sb.WriteString(s[:i])
+		if inJSON {
+			enc, _ := json.Marshal(value)
+			sb.Write(enc[1 : len(enc)-1])
+		} else {
+			sb.WriteString(value)
+		}
+		s = rest[j+1:]
+	}
+	if sb.Len() == 0 {
+		return s
+	}
+	sb.WriteString(s)
+	return sb.String()
+}
+
+// setPath returns v with the value at path replaced by t, sharing every
+// value it does not change. ok is false when the path does not lead
+// through objects to an existing value.
+func setPath(v ast.Value, path []*ast.Term, t *ast.Term) (ast.Value, bool) {
+	if len(path) == 0 {
+		return t.Value, true
+	}
+	obj, ok := v.(ast.Object)
+	if !ok {
+		return nil, false
+	}
+	child := obj.Get(path[0])
+	if child == nil {
+		return nil, false
+	}
+	nv, ok := setPath(child.Value, path[1:], t)
+	if !ok {
+		return nil, false
+	}
+	return replaceKey(obj, path[0], ast.NewTerm(nv)), true
+}

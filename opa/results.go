@@ -1,0 +1,376 @@
+package opa
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+)
+
+var (
+	termReview      = ast.StringTerm("review")
+	termParameters  = ast.StringTerm("parameters")
+	termObject      = ast.StringTerm("object")
+	termSpec        = ast.StringTerm("spec")
+	termNodeName    = ast.StringTerm("nodeName")
+	termReviewInput = ast.StringTerm("review_input")
+	termNodes       = ast.StringTerm("nodes")
+
+	// undefinedTerm stands for "nothing at this path" in memo keys: an
+	// empty set, which no JSON value can be.
+	undefinedTerm = ast.SetTerm()
+)
+
+// result is one element of a violation set.
+type result struct {
+	msg     string
+	details json.RawMessage
+	err     bool
+	// holes: msg or details hold placeholders (see message.go).
+	holes bool
+}
+
+type memoEntry = memo.Entry[[]result]
+
+func resultBytes(res []result) int {
+	n := 24
+	for _, x := range res {
+		n += 64 + len(x.msg) + len(x.details)
+	}
+	return n
+}
+
+func keySize(key *ast.Array) int { return memo.Size(key) }
+
+func anyHoles(res []result) bool {
+	for i := range res {
+		if res[i].holes {
+			return true
+		}
+	}
+	return false
+}
+
+// podView is the pod as one constraint is evaluated on it: its review
+// with placeholders where printed values could stand, their part of the
+// memo key, and the real values to put back.
+type podView struct {
+	review *ast.Term
+	key    []*ast.Term
+	bind   bindings
+}
+
+// podView builds (or finds, for constraints printing the same paths) the
+// pod's view for bc. Without the memo, values are never replaced: that is
+// the reference the memo is tested against.
+func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
+	if !memoOK || len(bc.podMsgs) == 0 {
+		return &podView{review: r.podReview}
+	}
+	var sig strings.Builder
+	for _, m := range bc.podMsgs {
+		sig.WriteString(strconv.Itoa(m.index))
+		if m.quote {
+			sig.WriteByte('q')
+		}
+		sig.WriteByte(',')
+	}
+	if v, ok := r.pods[sig.String()]; ok {
+		return v
+	}
+	v := &podView{review: r.podReview}
+	review := r.podReview.Value
+	for _, m := range bc.podMsgs {
+		t := lookupInput(r.podReview, m.path)
+		if s, ok := substitutable(t, m.quote); ok {
+			if nv, ok := setPath(review, m.path[1:], ast.StringTerm(m.text)); ok {
+				review = nv
+				v.key = append(v.key, placeholderKey)
+				v.bind = append(v.bind, binding{index: m.index, value: s})
+				continue
+			}
+		}
+		v.key = append(v.key, t)
+	}
+	if len(v.bind) > 0 {
+		v.review = ast.NewTerm(review)
+	}
+	if r.pods == nil {
+		r.pods = map[string]*podView{}
+	}
+	r.pods[sig.String()] = v
+	return v
+}
+
+// nodeReview is review with object.spec.nodeName set to node. The pod's
+// own review on slot i is built once per request (slot >= 0).
+func (r *request) nodeReview(review *ast.Term, slot int, node string) *ast.Term {
+	if slot >= 0 && review == r.podReview {
+		s := &r.slots[slot]
+		if s.review == nil {
+			s.review = ast.NewTerm(withNodeName(review.Value.(ast.Object), node))
+		}
+		return s.review
+	}
+	return ast.NewTerm(withNodeName(review.Value.(ast.Object), node))
+}
+
+// eval runs the template's query on one review: with the request's nodes
+// in place of the inventory's when the request carries nodes and the
+// template may read them (perNode, or other inventory reads).
+func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]result, error) {
+	if r.override && (bc.analysis.InventoryOther || perNode) {
+		return r.evalWith(bc, review, r.nodes)
+	}
+	return r.evalWith(bc, review, nil)
+}
+
+// evalWith runs the query with nodes (when not nil) as
+// data.inventory.cluster.v1.Node. Evaluation errors become violations
+// (fail closed), and so does the request's deadline: a template that runs
+// too long denies the nodes it could not judge, with the reason, and the
+// rest of the answer still goes back.
+func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
+	if err := r.ctx.Err(); err != nil {
+		r.e.stats.evalErrors.Add(1)
+		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true}}, nil
+	}
+	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
+	query := bc.tmpl.query
+	if nodes != nil {
+		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, nodes))
+		query = bc.tmpl.overrideQuery
+	}
+	r.evals++
+	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
+	if err != nil {
+		r.e.stats.evalErrors.Add(1)
+		if ctxErr := r.ctx.Err(); ctxErr != nil {
+			return []result{{msg: "evaluation stopped (the request's deadline): " + ctxErr.Error(), err: true}}, nil
+		}
+		return []result{{msg: err.Error(), err: true}}, nil
+	}
+	res := toResults(rs, r.e.ph.prefix)
+	if hasError(res) {
+		r.e.stats.evalErrors.Add(1)
+	}
+	return res, nil
+}
+
+func hasError(res []result) bool {
+	for _, x := range res {
+		if x.err {
+			return true
+		}
+	}
+	return false
+}
+
+// toResults reads a violation set the way Gatekeeper's hook does: elements
+// without msg are dropped, a non-string msg is an error, details default to
+// {}, duplicates collapse. holes marks results that hold placeholder text.
+func toResults(rs rego.ResultSet, placeholder string) []result {
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil
+	}
+	items, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return []result{{msg: fmt.Sprintf("violation is not a set: %T", rs[0].Expressions[0].Value), err: true}}
+	}
+	var out []result
+	seen := map[string]bool{}
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			continue
+		}
+		raw, has := m["msg"]
+		if !has {
+			continue
+		}
+		msg, ok := raw.(string)
+		if !ok {
+			out = append(out, result{msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), err: true})
+			continue
+		}
+		details, has := m["details"]
+		if !has {
+			details = map[string]any{}
+		}
+		b, err := json.Marshal(details)
+		if err != nil {
+			out = append(out, result{msg: fmt.Sprintf("invalid violation details: %v", err), err: true})
+			continue
+		}
+		k := msg + "\x00" + string(b)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		holes := strings.Contains(msg, placeholder) || bytes.Contains(b, []byte(placeholder))
+		out = append(out, result{msg: msg, details: b, holes: holes})
+	}
+	sortResults(out)
+	return out
+}
+
+func sortResults(out []result) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].msg != out[j].msg {
+			return out[i].msg < out[j].msg
+		}
+		return string(out[i].details) < string(out[j].details)
+	})
+}
+
+// lookupInput finds path in the input {review, parameters}: paths other
+// than review.* are constant or absent for a constraint.
+func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
+	if len(path) == 0 || !path[0].Equal(termReview) {
+		return undefinedTerm
+	}
+	return lookup(review.Value, path[1:])
+}
+
+func truthy(t *ast.Term) bool {
+	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
+}
+
+func lookup(v ast.Value, path []*ast.Term) *ast.Term {
+	if v == nil {
+		return undefinedTerm
+	}
+	if len(path) == 0 {
+		return ast.NewTerm(v)
+	}
+	found, err := v.Find(ast.Ref(path))
+	if err != nil {
+		return undefinedTerm
+	}
+	return ast.NewTerm(found)
+}
+
+// podReview is the Pod CREATE review a template sees: the AdmissionRequest's
+// JSON fields plus namespaceObject. name and namespace are left out when
+// empty, as the AdmissionRequest's JSON leaves them out.
+func podReview(pod ast.Object, name, namespace string, userInfo ast.Value, namespaceObject *ast.Term) ast.Object {
+	items := [][2]*ast.Term{
+		ast.Item(ast.StringTerm("uid"), ast.StringTerm("")),
+		ast.Item(ast.StringTerm("kind"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
+			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
+			ast.Item(ast.StringTerm("kind"), ast.StringTerm("Pod")))),
+		ast.Item(ast.StringTerm("resource"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
+			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
+			ast.Item(ast.StringTerm("resource"), ast.StringTerm("pods")))),
+		ast.Item(ast.StringTerm("operation"), ast.StringTerm("CREATE")),
+		ast.Item(ast.StringTerm("userInfo"), ast.NewTerm(userInfo)),
+		ast.Item(termObject, ast.NewTerm(pod)),
+		ast.Item(ast.StringTerm("oldObject"), ast.NullTerm()),
+		ast.Item(ast.StringTerm("options"), ast.NullTerm()),
+		ast.Item(ast.StringTerm("namespaceObject"), namespaceObject),
+	}
+	if name != "" {
+		items = append(items, ast.Item(ast.StringTerm("name"), ast.StringTerm(name)))
+	}
+	if namespace != "" {
+		items = append(items, ast.Item(ast.StringTerm("namespace"), ast.StringTerm(namespace)))
+	}
+	return ast.NewObject(items...)
+}
+
+// withNodeName gives review with object.spec.nodeName set to node. Values
+// are shared with the review, never copied.
+func withNodeName(review ast.Object, node string) ast.Object {
+	var pod ast.Object
+	if t := review.Get(termObject); t != nil {
+		pod, _ = t.Value.(ast.Object)
+	}
+	if pod == nil {
+		pod = ast.NewObject()
+	}
+	var spec ast.Object
+	if t := pod.Get(termSpec); t != nil {
+		spec, _ = t.Value.(ast.Object)
+	}
+	if spec == nil {
+		spec = ast.NewObject()
+	}
+	obj := replaceKey(pod, termSpec, ast.NewTerm(replaceKey(spec, termNodeName, ast.StringTerm(node))))
+	return replaceKey(review, termObject, ast.NewTerm(obj))
+}
+
+func replaceKey(obj ast.Object, key, value *ast.Term) ast.Object {
+	items := make([][2]*ast.Term, 0, obj.Len()+1)
+	obj.Foreach(func(k, v *ast.Term) {
+		if !k.Equal(key) {
+			items = append(items, ast.Item(k, v))
+		}
+	})
+	items = append(items, ast.Item(key, value))
+	return ast.NewObject(items...)
+}
+
+// withTypeMeta fills apiVersion and kind when the wire type left them out.
+func withTypeMeta(obj map[string]any, gvk schema.GroupVersionKind) map[string]any {
+	if _, ok := obj["kind"]; ok {
+		if _, ok := obj["apiVersion"]; ok {
+			return obj
+		}
+	}
+	out := make(map[string]any, len(obj)+2)
+	for k, v := range obj {
+		out[k] = v
+	}
+	if _, ok := out["apiVersion"]; !ok {
+		out["apiVersion"] = gvk.GroupVersion().String()
+	}
+	if _, ok := out["kind"]; !ok {
+		out["kind"] = gvk.Kind
+	}
+	return out
+}
+
+func objectMeta(obj map[string]any) (name, namespace string, labels map[string]string) {
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ = md["name"].(string)
+	namespace, _ = md["namespace"].(string)
+	if l, ok := md["labels"].(map[string]any); ok {
+		labels = make(map[string]string, len(l))
+		for k, v := range l {
+			if s, ok := v.(string); ok {
+				labels[k] = s
+			}
+		}
+	}
+	return name, namespace, labels
+}
+
+func valueLabels(v ast.Value) map[string]string {
+	t, err := v.Find(ast.Ref{ast.StringTerm("metadata"), ast.StringTerm("labels")})
+	if err != nil {
+		return nil
+	}
+	obj, ok := t.(ast.Object)
+	if !ok {
+		return nil
+	}
+	out := make(map[string]string, obj.Len())
+	obj.Foreach(func(k, v *ast.Term) {
+		ks, ok1 := k.Value.(ast.String)
+		vs, ok2 := v.Value.(ast.String)
+		if ok1 && ok2 {
+			out[string(ks)] = string(vs)
+		}
+	})
+	return out
+}
