@@ -44,6 +44,9 @@ type metrics struct {
 	rejectedV  *prometheus.CounterVec
 	evaluatedV *prometheus.CounterVec
 	panics     prometheus.Counter
+	// evalsPer is the Rego evaluations one answer took.
+	evalsPer *prometheus.HistogramVec
+	evalsBy  map[string]prometheus.Observer
 
 	// Pre-resolved children for the hot path.
 	durationBy  map[string]map[string]prometheus.Observer
@@ -79,6 +82,13 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 			Name:      "handler_panics_total",
 			Help:      "Panics recovered in HTTP handlers.",
 		}),
+		evalsPer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace,
+			Name:      "evaluations_per_request",
+			Help:      "Rego evaluations one call took, by verb (the rest came from the memo or were pod-wide).",
+			Buckets:   []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
+		}, []string{"verb"}),
+		evalsBy:     map[string]prometheus.Observer{},
 		durationBy:  map[string]map[string]prometheus.Observer{},
 		rejectedBy:  map[string]map[string]prometheus.Counter{},
 		evaluatedBy: map[string]prometheus.Counter{},
@@ -93,6 +103,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 
 	// Initialise every bounded series so that rates start at zero.
 	for _, v := range verbs {
+		m.evalsBy[v] = m.evalsPer.WithLabelValues(v)
 		m.durationBy[v] = map[string]prometheus.Observer{}
 		for _, r := range []string{resultOK, resultError, resultBadRequest} {
 			m.durationBy[v][r] = m.duration.WithLabelValues(v, r)
@@ -105,7 +116,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 	}
 
 	for _, c := range []prometheus.Collector{
-		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, info,
+		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, info,
 		newPolicyCollector(policy),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -136,6 +147,13 @@ func (m *metrics) observe(verb, result string, d time.Duration) {
 	m.duration.WithLabelValues(verb, result).Observe(d.Seconds())
 }
 
+// evaluations records the Rego evaluations of one answer.
+func (m *metrics) evaluations(verb string, p *opa.Placement) {
+	if o, ok := m.evalsBy[verb]; ok {
+		o.Observe(float64(p.Evaluations))
+	}
+}
+
 func (m *metrics) evaluated(verb string, n int) {
 	if n > 0 {
 		m.evaluatedBy[verb].Add(float64(n))
@@ -156,6 +174,7 @@ func (m *metrics) rejected(verb string, denied, unknown int) {
 // constraint names and kinds come from the cluster's policy set, never
 // from pods or nodes.
 func (m *metrics) countDecisions(verb string, p *opa.Placement) {
+	m.evaluations(verb, p)
 	d := m.newDecisionCount(verb)
 	d.add(p)
 	d.flush()
@@ -225,6 +244,7 @@ type policyCollector struct {
 	policy Policy
 
 	evaluations, memoHits, memoMisses, evalErrors *prometheus.Desc
+	memoResults, memoBytes, memoRotations         *prometheus.Desc
 	compileErrors, constraintErrors               *prometheus.Desc
 	generation, lastApply, inventory              *prometheus.Desc
 }
@@ -238,6 +258,9 @@ func newPolicyCollector(p Policy) *policyCollector {
 		evaluations:      d("evaluations_total", "Rego evaluations run by the engine."),
 		memoHits:         d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
 		memoMisses:       d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
+		memoResults:      d("memo_results", "Verdicts the engine's memo holds now (bounded by results and bytes)."),
+		memoBytes:        d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
+		memoRotations:    d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
 		evalErrors:       d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
 		compileErrors:    d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
 		constraintErrors: d("constraint_errors_total", "Constraints the engine rejected."),
@@ -250,6 +273,7 @@ func newPolicyCollector(p Policy) *policyCollector {
 func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
+		c.memoResults, c.memoBytes, c.memoRotations,
 		c.constraintErrors, c.generation, c.lastApply, c.inventory,
 	} {
 		ch <- d
@@ -264,6 +288,9 @@ func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evaluations, st.Evaluations)
 	counter(c.memoHits, st.MemoHits)
 	counter(c.memoMisses, st.MemoMisses)
+	counter(c.memoRotations, st.MemoRotations)
+	ch <- prometheus.MustNewConstMetric(c.memoResults, prometheus.GaugeValue, float64(st.MemoResults))
+	ch <- prometheus.MustNewConstMetric(c.memoBytes, prometheus.GaugeValue, float64(st.MemoBytes))
 	counter(c.evalErrors, st.EvalErrors)
 	counter(c.compileErrors, st.CompileErrors)
 	counter(c.constraintErrors, st.ConstraintErrors)

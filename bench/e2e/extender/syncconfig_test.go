@@ -108,12 +108,12 @@ metadata: {name: blocked-nodes}
 			t.Fatal(err)
 		}
 		var out []string
-		for _, v := range p.Nodes {
+		for i, v := range p.Nodes {
 			if v.Unknown {
 				t.Fatalf("node %s not in the inventory", v.Name)
 			}
-			if v.Denied() {
-				out = append(out, v.Name+": "+v.Violations[0].Message)
+			if p.Denied(i) {
+				out = append(out, v.Name+": "+p.Violations(i)[0].Message)
 			}
 		}
 		return out

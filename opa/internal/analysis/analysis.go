@@ -112,6 +112,9 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 		consts:    map[string]*origin{},
 	}
 	for _, r := range rules {
+		if z.isAlias(r) {
+			continue // read where it is referenced (see aliasRule)
+		}
 		for x := r; x != nil; x = x.Else {
 			// A function's printed value is judged again at each call;
 			// here it only needs to stay defined.
@@ -308,6 +311,22 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 				if c := z.constRule(v); c != nil {
 					return *c, true
 				}
+				if o, rest, ok := z.aliasRule(v); ok {
+					base = o
+					rest = z.substituteConsts(rest, env)
+					for i, k := range rest {
+						if !k.IsGround() {
+							for _, kk := range rest[i:] {
+								z.walk(kk, env, depth)
+							}
+							o := base.extend(rest[:i]...)
+							o.exact = false
+							o.below += len(rest) - i
+							return o, true
+						}
+					}
+					return base.extend(rest...), true
+				}
 				return origin{}, false
 			}
 			if !isInventoryRef(v) {
@@ -436,6 +455,71 @@ func (z *analyzer) constRule(ref ast.Ref) *origin {
 	return &o
 }
 
+// isAlias reports whether r is a complete rule that only names a part of
+// the input or of the candidate node (object_name := input.review.object.metadata.name):
+// one definition, no arguments, a body that is just `true`.
+func (z *analyzer) isAlias(r *ast.Rule) bool {
+	value := aliasValue(r)
+	if value == nil || len(z.compiler.GetRulesExact(r.Path())) != 1 {
+		return false
+	}
+	o, ok := z.resolveQuiet(value)
+	return ok && o.exact && o.root != rootConst
+}
+
+// aliasValue is the reference an alias rule names: its value, or the one
+// of its body's single `value = ref` (the compiler's form of name = ref).
+func aliasValue(r *ast.Rule) *ast.Term {
+	if len(r.Head.Args) > 0 || r.Head.Key != nil || r.Else != nil || r.Default || r.Head.Value == nil || len(r.Body) != 1 {
+		return nil
+	}
+	if _, isRef := r.Head.Value.Value.(ast.Ref); isRef && r.Body[0].Equal(ast.NewExpr(ast.BooleanTerm(true))) {
+		return r.Head.Value
+	}
+	e := r.Body[0]
+	v, isVar := r.Head.Value.Value.(ast.Var)
+	if !isVar || !e.IsEquality() || e.Negated || len(e.With) > 0 {
+		return nil
+	}
+	terms := e.Terms.([]*ast.Term)
+	if lv, ok := terms[1].Value.(ast.Var); ok && lv == v {
+		if _, isRef := terms[2].Value.(ast.Ref); isRef {
+			return terms[2]
+		}
+	}
+	return nil
+}
+
+// resolveQuiet resolves a ground input or node reference without
+// recording anything.
+func (z *analyzer) resolveQuiet(t *ast.Term) (origin, bool) {
+	ref, ok := t.Value.(ast.Ref)
+	if !ok || !ref.IsGround() {
+		return origin{}, false
+	}
+	reads, inv := len(z.reads), z.inv
+	o, ok := z.resolve(t, map[ast.Var]origin{}, 0)
+	z.reads, z.inv = z.reads[:reads], inv
+	return o, ok
+}
+
+// aliasRule resolves a reference through an alias rule (see isAlias): the
+// origin it names and the rest of the reference below the rule.
+func (z *analyzer) aliasRule(ref ast.Ref) (origin, []*ast.Term, bool) {
+	for i := len(z.root) + 1; i <= len(ref); i++ {
+		rules := z.compiler.GetRulesExact(ref[:i])
+		if len(rules) == 0 {
+			continue
+		}
+		if len(rules) != 1 || !z.isAlias(rules[0]) {
+			return origin{}, nil, false
+		}
+		o, ok := z.resolveQuiet(aliasValue(rules[0]))
+		return o, ref[i:], ok
+	}
+	return origin{}, nil, false
+}
+
 func (z *analyzer) isNodeName(t *ast.Term, env map[ast.Var]origin) bool {
 	var o origin
 	switch v := t.Value.(type) {
@@ -468,7 +552,7 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		if name == ast.Sprintf.Name && sc != nil && z.sprintf(args, env, seen, depth, sc) {
 			return
 		}
-		if name == ast.ObjectGet.Name && len(args) == 4 && z.objectGet(args, env, seen, depth) {
+		if name == ast.ObjectGet.Name && (len(args) == 3 || len(args) == 4) && z.objectGet(args, env, seen, depth) {
 			return
 		}
 		for _, a := range args {
@@ -499,8 +583,13 @@ func (z *analyzer) objectGet(args []*ast.Term, env map[ast.Var]origin, seen map[
 		return false
 	}
 	z.walk(args[2], env, depth)
-	out, isVar := args[3].Value.(ast.Var)
-	fresh := isVar && !seen[out]
+	var out ast.Var
+	fresh := false
+	if len(args) == 4 {
+		var isVar bool
+		out, isVar = args[3].Value.(ast.Var)
+		fresh = isVar && !seen[out]
+	}
 	if o.root == rootConst {
 		c := o.extend(key...)
 		if c.value == nil && args[2].IsGround() {
@@ -513,12 +602,29 @@ func (z *analyzer) objectGet(args []*ast.Term, env map[ast.Var]origin, seen map[
 			return true
 		}
 	}
+	if o.root == Input && len(o.path) == 0 && key[0].Equal(ast.StringTerm("parameters")) && z.params != nil {
+		// object.get(input, ["parameters", ...], default): a constant.
+		c := origin{root: rootConst, value: z.params, exact: true}.extend(key[1:]...)
+		if c.value == nil && args[2].IsGround() {
+			c.value = args[2].Value
+		}
+		if fresh {
+			env[out] = c
+			return true
+		}
+		if len(args) == 4 {
+			z.walk(args[3], env, depth)
+		}
+		return true
+	}
 	if fresh {
 		env[out] = o.extend(key...)
 		return true
 	}
 	z.read(o.extend(key...))
-	z.walk(args[3], env, depth)
+	if len(args) == 4 {
+		z.walk(args[3], env, depth)
+	}
 	return true
 }
 
@@ -550,6 +656,9 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 	}
 	var returned [][]source
 	for _, r := range rules {
+		if z.isAlias(r) {
+			continue // read where it is referenced (see aliasRule)
+		}
 		for x := r; x != nil; x = x.Else {
 			if z.active[x] > 0 {
 				// Recursion: use arguments whole.

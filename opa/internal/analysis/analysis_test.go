@@ -181,6 +181,19 @@ func TestAnalyze(t *testing.T) {
 			class: PerPodClassNode,
 		},
 		{
+			name:  "alias rule printed (replicalimits' object_name)",
+			rego:  "object_name := input.review.object.metadata.name\nviolation contains {\"msg\": msg} if {\ninput.review.object.spec.replicas > 3\nmsg := sprintf(\"%v\", [object_name])\n}",
+			reads: []string{`input.review.object.spec.replicas`, `input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+		{
+			name:   "object.get on the whole input's parameters",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nobject.get(input, [\"parameters\", \"strict\"], false)\ninput.review.object.spec.hostPID\n}",
+			params: `{"strict": true}`,
+			reads:  []string{`input.review.object.spec.hostPID`},
+			class:  PerPodClass,
+		},
+		{
 			name:  "missing value stays defined: printed but unused",
 			rego:  "violation contains {\"msg\": \"x\"} if {\n_ := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
 			reads: []string{`input.review.object.metadata.name (message only)`},

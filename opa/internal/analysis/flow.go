@@ -148,8 +148,9 @@ func (z *analyzer) sprintf(args []*ast.Term, env map[ast.Var]origin, seen map[as
 		return false
 	}
 	verbs, err := parseVerbs(format)
-	if err == nil && len(verbs) != arr.Len() {
-		err = fmt.Errorf("its %d verbs do not match its %d arguments", len(verbs), arr.Len())
+	if err == nil && len(verbs) < arr.Len() {
+		// Extra arguments are printed with their types (%!(EXTRA ...)).
+		err = fmt.Errorf("has fewer verbs (%d) than arguments (%d)", len(verbs), arr.Len())
 	}
 	if err != nil {
 		z.refused(arr, env, "with a format that "+strings.TrimPrefix(err.Error(), "it "))

@@ -1,0 +1,89 @@
+package memo
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+func key(i int) *ast.Array { return ast.NewArray(ast.StringTerm(fmt.Sprint("pod-", i))) }
+
+func TestMemoBoundedAndKeepsWorkingSet(t *testing.T) {
+	m := New[string](Options{MaxResults: 1000, MaxBytes: 1 << 30})
+	// A working set of 300 results (under half the budget) is never lost,
+	// however many one-off entries pass through.
+	for round := range 20 {
+		for i := range 300 {
+			e := m.Entry(1, key(i), 16)
+			if v, ok := e.Get(0); ok {
+				if v != fmt.Sprint(i) {
+					t.Fatalf("entry %d holds %q", i, v)
+				}
+				continue
+			}
+			if round > 1 {
+				t.Fatalf("round %d: working-set entry %d was dropped", round, i)
+			}
+			m.Put(e, 0, fmt.Sprint(i), 8)
+		}
+		for j := range 100 {
+			e := m.Entry(1, key(100000+round*1000+j), 16)
+			m.Put(e, 0, "one-off", 8)
+		}
+	}
+	if s := m.Stats(); s.Results > 1000 || s.Rotations == 0 {
+		t.Errorf("stats %+v: want at most 1000 results and some rotations", s)
+	}
+}
+
+func TestMemoBoundedByBytes(t *testing.T) {
+	m := New[string](Options{MaxResults: 1 << 20, MaxBytes: 64 << 10})
+	for i := range 5000 {
+		e := m.Entry(1, key(i), 16)
+		m.Put(e, 0, "x", 200)
+	}
+	if s := m.Stats(); s.Bytes > 64<<10 {
+		t.Errorf("%d bytes held, budget 64 KiB", s.Bytes)
+	}
+}
+
+func TestMemoOwnersAreApart(t *testing.T) {
+	m := New[string](Options{})
+	a := m.Entry(1, key(1), 16)
+	m.Put(a, 0, "a", 1)
+	if _, ok := m.Entry(2, key(1), 16).Get(0); ok {
+		t.Error("owner 2 sees owner 1's result")
+	}
+	if v, _ := m.Entry(1, key(1), 16).Get(0); v != "a" {
+		t.Errorf("owner 1 lost its result: %q", v)
+	}
+}
+
+func TestClassesKeepOneValuePerName(t *testing.T) {
+	c := NewClasses(1 << 10)
+	proj := func(s string) func() *ast.Array { return func() *ast.Array { return ast.NewArray(ast.StringTerm(s)) } }
+	first := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(1)))
+	id := c.Of("n1", first, true, proj("pool-a"))
+	for i := range 100 {
+		// Each status update is a new value: the table holds the newest.
+		v := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(i+2)))
+		if got := c.Of("n1", v, true, proj("pool-a")); got != id {
+			t.Fatalf("update %d changed the class %d -> %d", i, id, got)
+		}
+	}
+	if c.Len() != 1 {
+		t.Errorf("%d names remembered, want 1", c.Len())
+	}
+	if got := c.Of("n2", first, false, proj("pool-b")); got == id {
+		t.Error("another projection got the same class")
+	}
+	if c.Len() != 1 {
+		t.Error("a request node was remembered")
+	}
+	ids := make([]int, 1)
+	c.Known([]string{"n1"}, []ast.Value{first}, func(int) bool { return true }, ids)
+	if ids[0] != 0 {
+		t.Error("a replaced value is still known")
+	}
+}

@@ -1,0 +1,99 @@
+package opa_test
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// TestEvaluationClasses lists every template of Gatekeeper's library (with
+// every sample constraint) and of deploy/examples with how often the
+// engine evaluates it, and why. None may be evaluated per (pod, node):
+// the templates that print the pod's or the node's name share verdicts
+// between pods and nodes that agree on everything else.
+func TestEvaluationClasses(t *testing.T) {
+	if _, err := os.Stat(libraryDir); err != nil {
+		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
+	}
+	e := newEngine(t, opa.Options{})
+	var objs []*unstructured.Unstructured
+	tmpls, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "template.yaml"))
+	for _, tf := range tmpls {
+		objs = append(objs, load(t, tf)...)
+		samples, _ := filepath.Glob(filepath.Join(filepath.Dir(tf), "samples", "*", "constraint.yaml"))
+		for _, s := range samples {
+			objs = append(objs, load(t, s)...)
+		}
+	}
+	objs = append(objs, load(t, filepath.Join("..", "deploy", "examples"))...)
+	// Samples of different templates may share a constraint name.
+	seen := map[string]bool{}
+	var unique []*unstructured.Unstructured
+	for _, o := range objs {
+		k := o.GetKind() + "/" + o.GetName()
+		if !seen[k] {
+			seen[k] = true
+			unique = append(unique, o)
+		}
+	}
+	apply(t, e, unique...)
+
+	// Every library and example template, by kind: its class with the
+	// sample constraints' parameters (the worst over its constraints).
+	want := map[string]string{
+		// Templates that cannot see the node and read nothing unique to a
+		// pod: once per pod class (pods that agree on what they read).
+		"*": "per pod class",
+		// Placement templates of deploy/examples read node labels.
+		"K8sTenantNodeIsolation": "per (pod class, node class)",
+		"K8sSpotNodeToleration":  "per (pod class, node class)",
+		"K8sPrivilegedNodePool":  "per (pod class, node class)",
+		"K8sNodeLabelPreference": "per (pod class, node class)",
+		// The object's name decides: compared with other objects' names
+		// or with a constant. None of them matches Pods.
+		"K8sBlockEndpointEditDefaultRole": "per pod",
+		"K8sUniqueIngressHost":            "per pod",
+		"K8sUniqueServiceSelector":        "per pod",
+	}
+	worst := map[string]string{}
+	why := map[string][]string{}
+	rank := map[string]int{"per pod class": 0, "per (pod class, node class)": 1, "per pod": 2, "per (pod, node class)": 3, "per (pod class, node)": 4, "per (pod, node)": 5, "never memoised": 6}
+	st := e.Status()
+	for _, c := range st.Constraints {
+		if !c.Active {
+			t.Errorf("constraint %s/%s is not active: %s", c.Kind, c.Name, c.Error)
+			continue
+		}
+		if cur, ok := worst[c.Kind]; !ok || rank[c.Evaluated] > rank[cur] {
+			worst[c.Kind] = c.Evaluated
+			why[c.Kind] = c.Why
+		}
+	}
+	kinds := make([]string, 0, len(worst))
+	for k := range worst {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	counts := map[string]int{}
+	for _, k := range kinds {
+		w, ok := want[k]
+		if !ok {
+			w = want["*"]
+		}
+		counts[worst[k]]++
+		t.Logf("%-40s %-28s %s", k, worst[k], strings.Join(why[k], "; "))
+		if worst[k] != w {
+			t.Errorf("%s is evaluated %s, want %s: %s", k, worst[k], w, strings.Join(why[k], "; "))
+		}
+	}
+	if len(kinds) < 53 {
+		t.Errorf("%d templates with constraints, want the library's 49 and the 4 examples", len(kinds))
+	}
+	t.Logf("classes: %v", counts)
+}
