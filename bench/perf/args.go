@@ -18,8 +18,13 @@ type Args struct {
 	full   bool
 }
 
-// NewArgs prepares bodies for nodes 0..n-1, by name or (full) as objects.
-func NewArgs(n int, full bool) *Args {
+// NewArgs prepares bodies for nodes 0..n-1, by name or (full) as objects
+// (the small nodes, Node(i)).
+func NewArgs(n int, full bool) *Args { return NewArgsOf(SmallNodes, n, full) }
+
+// NewArgsOf prepares bodies for nodes 0..n-1 of the given size, by name or
+// (full) as objects.
+func NewArgsOf(size NodeSize, n int, full bool) *Args {
 	var b bytes.Buffer
 	if full {
 		// The scheduler sends a v1.NodeList it built from its cache.
@@ -28,7 +33,7 @@ func NewArgs(n int, full bool) *Args {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			j, err := json.Marshal(Node(i).Object)
+			j, err := json.Marshal(size.Node(i).Object)
 			if err != nil {
 				panic(err)
 			}

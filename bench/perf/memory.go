@@ -56,6 +56,7 @@ type Footprint struct {
 	Templates   int     `json:"templates"`
 	Constraints int     `json:"constraints"`
 	Nodes       int     `json:"nodes"`
+	NodeSize    string  `json:"nodeSize"`
 	Namespaces  int     `json:"namespaces"`
 	LoadSeconds float64 `json:"loadSeconds"`
 	AfterLoad   Memory  `json:"afterLoad"`

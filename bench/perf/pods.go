@@ -100,7 +100,7 @@ func (s *Stream) Next() Pod {
 // Replica is pod i of ReplicaSets[rs].
 func (s *Stream) Replica(rs, i int) Pod {
 	r := ReplicaSets[rs]
-	name := fmt.Sprintf("%s-%s-w%d%05d", r.App, r.Hash, s.worker, i%100000)
+	name := fmt.Sprintf("%s-%s-w%d%05d", r.App, r.Hash, s.worker, i)
 	uid := fmt.Sprintf("0d000000-%04x-4000-8000-%012x", s.worker, i)
 	b := bytes.Replace(s.templates[rs], []byte(namePlaceholder), []byte(name), 1)
 	b = bytes.Replace(b, []byte(uidPlaceholder), []byte(uid), 1)

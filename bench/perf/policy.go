@@ -2,7 +2,6 @@ package perf
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -20,22 +19,25 @@ type Dirs struct {
 	// Examples is the repository's deploy/examples (../deploy/examples from
 	// bench/).
 	Examples string
+	// Realistic holds the placement templates of the realistic set
+	// (testdata/realistic from bench/).
+	Realistic string
 }
 
 // DefaultDirs resolves the folders relative to the bench/ directory.
 func DefaultDirs(benchDir string) Dirs {
 	return Dirs{
-		Library:  filepath.Join(benchDir, "..", "..", "shared", "gatekeeper-library", "library"),
-		Examples: filepath.Join(benchDir, "..", "deploy", "examples"),
+		Library:   filepath.Join(benchDir, "..", "..", "shared", "gatekeeper-library", "library"),
+		Examples:  filepath.Join(benchDir, "..", "deploy", "examples"),
+		Realistic: filepath.Join(benchDir, "testdata", "realistic"),
 	}
 }
 
 // Check fails with a message that says what is missing and where it was
 // looked for.
 func (d Dirs) Check() error {
-	if fi, err := os.Stat(filepath.Join(d.Library, "pod-security-policy")); err != nil || !fi.IsDir() {
-		abs, _ := filepath.Abs(d.Library)
-		return fmt.Errorf("gatekeeper-library not found at %s (expected the shared/ folder beside the repository clone, i.e. ../../shared/gatekeeper-library/library from bench/; set -library): %v", abs, err)
+	if err := d.checkLibrary(); err != nil {
+		return err
 	}
 	tmpls, _ := filepath.Glob(filepath.Join(d.Examples, "*", "template.yaml"))
 	if len(tmpls) != 4 {
@@ -86,7 +88,14 @@ var MixLibrary = []LibrarySample{
 const (
 	SetMix = "mix" // MixLibrary + the 4 examples: 20 constraints
 	SetAll = "all" // every library template + the 4 examples, one sample constraint each
+	// SetRealistic is every library template with one sample constraint,
+	// each constraint warn at this enforcement point, plus the five
+	// placement templates of testdata/realistic (see LoadRealistic).
+	SetRealistic = "realistic"
 )
+
+// PolicySets are the policy set names LoadSet knows.
+var PolicySets = []string{SetMix, SetAll, SetRealistic}
 
 // LoadSet reads the named policy set.
 func LoadSet(d Dirs, set string) ([]Policy, error) {
@@ -95,8 +104,10 @@ func LoadSet(d Dirs, set string) ([]Policy, error) {
 		return LoadMix(d)
 	case SetAll:
 		return LoadAll(d)
+	case SetRealistic:
+		return LoadRealistic(d)
 	}
-	return nil, fmt.Errorf("unknown policy set %q (want %q or %q)", set, SetMix, SetAll)
+	return nil, fmt.Errorf("unknown policy set %q (want %q, %q or %q)", set, SetMix, SetAll, SetRealistic)
 }
 
 // LoadMix reads MixLibrary and the four placement examples.
@@ -126,6 +137,20 @@ func LoadAll(d Dirs) ([]Policy, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}
+	out, err := libraryAll(d)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := examplePolicies(d)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, ex...), nil
+}
+
+// libraryAll reads every template of the library with one sample
+// constraint each, in path order: the library part of LoadAll.
+func libraryAll(d Dirs) ([]Policy, error) {
 	chosen := map[string]string{}
 	for _, s := range MixLibrary {
 		chosen[s.Dir] = s.Sample
@@ -155,11 +180,7 @@ func LoadAll(d Dirs) ([]Policy, error) {
 		}
 		out = append(out, p)
 	}
-	ex, err := examplePolicies(d)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, ex...), nil
+	return out, nil
 }
 
 func libraryPolicy(d Dirs, s LibrarySample) (Policy, error) {

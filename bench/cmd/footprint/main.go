@@ -6,6 +6,7 @@
 // with the service's. bench/cmd/loadgen runs it; by hand, from bench/:
 //
 //	go run ./cmd/footprint -policy-set all -nodes 5000
+//	go run ./cmd/footprint -policy-set realistic -nodes 5000   # kubelet-sized nodes
 //
 // It prints a JSON report on stdout and a summary on stderr.
 package main
@@ -36,16 +37,22 @@ func main() {
 
 func run() error {
 	d := perf.DefaultDirs(".")
-	set := flag.String("policy-set", perf.SetAll, `policies: "mix" (20 constraints) or "all" (49 library templates + 4 examples)`)
+	set := flag.String("policy-set", perf.SetAll, `policies: "mix" (20 constraints), "all" (49 library templates + 4 examples) or "realistic" (the library, all warn here, + the 5 placement templates of testdata/realistic)`)
+	nodeSize := flag.String("node-size", "", `Node objects: "small" (3.6 KB of JSON) or "kubelet" (about 10 KB, 30 to 50 images); empty: "kubelet" for -policy-set realistic, else "small"`)
 	nodes := flag.Int("nodes", 5000, "nodes in the inventory; requests name all of them")
 	requests := flag.Int("requests", 20, "filter requests sent after loading (replicas of every ReplicaSet, then one-off pods)")
 	seed := flag.Uint64("seed", 1, "seed of the pod stream")
 	memProfile := flag.String("memprofile", "", "write a heap profile, taken after the requests, to this file")
 	flag.StringVar(&d.Library, "library", d.Library, "gatekeeper-library's library/ folder")
 	flag.StringVar(&d.Examples, "examples", d.Examples, "the repository's deploy/examples folder")
+	flag.StringVar(&d.Realistic, "realistic", d.Realistic, "the realistic set's placement templates (bench/testdata/realistic)")
 	flag.Parse()
 	if *nodes <= 0 || *requests < 0 {
 		return fmt.Errorf("-nodes must be positive and -requests not negative")
+	}
+	size, err := perf.ParseNodeSize(*nodeSize, perf.DefaultNodeSize(*set))
+	if err != nil {
+		return fmt.Errorf("-node-size: %w", err)
 	}
 	ps, err := perf.LoadSet(d, *set)
 	if err != nil {
@@ -53,12 +60,12 @@ func run() error {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), perf.Nodes(*nodes)...), 500)
+	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), size.Nodes(*nodes)...), 500)
 	if err != nil {
 		return err
 	}
 	defer e.Close(ctx)
-	rep := perf.Footprint{PolicySet: *set, Templates: len(ps), Constraints: perf.CountConstraints(ps), Nodes: *nodes,
+	rep := perf.Footprint{PolicySet: *set, Templates: len(ps), Constraints: perf.CountConstraints(ps), Nodes: *nodes, NodeSize: string(size),
 		Namespaces: len(perf.ClusterNamespaces), LoadSeconds: time.Since(start).Seconds()}
 	if rep.AfterLoad, err = perf.ReadMemory(); err != nil {
 		return err
@@ -111,7 +118,7 @@ func run() error {
 	if err := stop(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "footprint: %s: %d templates, %d constraints, %d nodes: VmRSS %.1f MiB after loading, %.1f MiB after %d filter requests (live heap %.1f MiB)\n",
-		rep.PolicySet, rep.Templates, rep.Constraints, rep.Nodes, rep.AfterLoad.RSSMiB, rep.AfterRequests.RSSMiB, rep.Requests, rep.AfterRequests.HeapLiveMiB)
+	fmt.Fprintf(os.Stderr, "footprint: %s: %d templates, %d constraints, %d %s nodes: VmRSS %.1f MiB after loading, %.1f MiB after %d filter requests (live heap %.1f MiB)\n",
+		rep.PolicySet, rep.Templates, rep.Constraints, rep.Nodes, rep.NodeSize, rep.AfterLoad.RSSMiB, rep.AfterRequests.RSSMiB, rep.Requests, rep.AfterRequests.HeapLiveMiB)
 	return json.NewEncoder(os.Stdout).Encode(rep)
 }

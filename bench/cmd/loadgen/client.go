@@ -18,6 +18,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
 // scenario is one verb, one mode, one candidate count.
@@ -42,6 +43,11 @@ type client struct {
 	// streams counts the pod streams started, so that every scenario's
 	// pods (and its one-off images) are new to the service.
 	streams int
+	// stats reads the engine's counters (Rego evaluations, memo hits and
+	// misses), if set.
+	stats func() opa.Stats
+	// nodeSize is the Node objects full-node scenarios send.
+	nodeSize perf.NodeSize
 }
 
 func newClient(base string, concurrency int) *client {
@@ -208,7 +214,7 @@ type workerResult struct {
 // -concurrency workers, each sending its next request when the previous
 // answer has arrived.
 func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error) {
-	b := perf.NewArgs(s.nodes, s.full)
+	b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
 
 	// Check the envelope and the answer once with the upstream types.
 	probe := perf.NewStream(f.seed, 99, 0).Replica(0, 0)
@@ -281,10 +287,17 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	}
 	runtime.GC()
 	var before, after runtime.MemStats
+	var stats0, stats1 opa.Stats
 	runtime.ReadMemStats(&before)
+	if c.stats != nil {
+		stats0 = c.stats()
+	}
 	start := time.Now()
 	results := phase(f.duration, true)
 	elapsed := time.Since(start)
+	if c.stats != nil {
+		stats1 = c.stats()
+	}
 	runtime.ReadMemStats(&after)
 	sum1, count1, err := c.serverTotals(ctx, s.verb)
 	if err != nil {
@@ -324,6 +337,13 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		GCs:              after.NumGC - before.NumGC,
 		RequestBytes:     reqBytes / int64(n),
 		ResponseBytes:    resp / int64(n),
+	}
+	if c.stats != nil {
+		per := func(a, b uint64) float64 { return math.Round(float64(b-a)/float64(n)*10) / 10 }
+		res.EvaluationsPerRequest = per(stats0.Evaluations, stats1.Evaluations)
+		res.MemoHitsPerRequest = per(stats0.MemoHits, stats1.MemoHits)
+		res.MemoMissesPerRequest = per(stats0.MemoMisses, stats1.MemoMisses)
+		res.EvalErrorsPerRequest = per(stats0.EvalErrors, stats1.EvalErrors)
 	}
 	if count1 > count0 {
 		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3

@@ -7,6 +7,7 @@
 // Run it from bench/:
 //
 //	go run ./cmd/loadgen -duration 5s -json results/loadgen.json
+//	go run ./cmd/loadgen -policy-set realistic -duration 5s -nodes 500,5000 -full-nodes ''
 //
 // See bench/README.md, "Load generator".
 package main
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,22 +42,26 @@ type flags struct {
 	inventory   int
 	jsonPath    string
 	policySet   string
+	nodeSize    perf.NodeSize
 	library     string
 	examples    string
+	realistic   string
 	oneOffShare float64
 	seed        uint64
 	peer        bool
 	peerNodes   []int
 	peerPods    int
 	footprint   bool
-	cpuProfile  string
-	memProfile  string
+	// footprintSets are the policy sets bench/cmd/footprint measures.
+	footprintSets []string
+	cpuProfile    string
+	memProfile    string
 }
 
 func parseFlags() (*flags, error) {
 	f := &flags{}
 	d := perf.DefaultDirs(".")
-	var nodes, fullNodes, peerNodes, verbs string
+	var nodes, fullNodes, peerNodes, verbs, nodeSize, footprintSets string
 	// Its own flag set: the framework's dependencies register glog flags
 	// on the default one.
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
@@ -67,15 +73,18 @@ func parseFlags() (*flags, error) {
 	fs.IntVar(&f.concurrency, "concurrency", 1, "requests in flight (the scheduler sends one at a time)")
 	fs.IntVar(&f.inventory, "inventory", 0, "nodes in the engine's inventory (0: the largest node count of -nodes, -full-nodes and -peer-nodes)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
-	fs.StringVar(&f.policySet, "policy-set", perf.SetMix, `policies: "mix" (16 library Pod templates + the 4 placement examples, 20 constraints) or "all" (49 library templates + 4 examples, one sample constraint each)`)
+	fs.StringVar(&f.policySet, "policy-set", perf.SetMix, `policies: "mix" (16 library Pod templates + the 4 placement examples, 20 constraints), "all" (49 library templates + 4 examples, one sample constraint each) or "realistic" (every library template with one sample constraint, all warn here, + the 5 placement templates of testdata/realistic, 3 of them deny)`)
+	fs.StringVar(&nodeSize, "node-size", "", `Node objects: "small" (3.6 KB of JSON each) or "kubelet" (what a kubelet reports, 30 to 50 images, about 10 KB); empty: "kubelet" for -policy-set realistic, else "small"`)
 	fs.StringVar(&f.library, "library", d.Library, "gatekeeper-library's library/ folder")
 	fs.StringVar(&f.examples, "examples", d.Examples, "the repository's deploy/examples folder")
+	fs.StringVar(&f.realistic, "realistic", d.Realistic, "the realistic set's placement templates (bench/testdata/realistic)")
 	fs.Float64Var(&f.oneOffShare, "one-off", 0.05, "share of one-off pods (new images and labels, never in the memo) in the pod stream")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the pod stream")
 	fs.BoolVar(&f.peer, "peer", true, "also time the same work through Gatekeeper's constraint framework")
 	fs.StringVar(&peerNodes, "peer-nodes", "100,500", "candidate node counts of the framework comparison")
 	fs.IntVar(&f.peerPods, "peer-pods", 3, "pods reviewed by the framework per node count (the last one is a one-off pod)")
-	fs.BoolVar(&f.footprint, "footprint", true, `also measure the memory of separate processes that link only the engine and the server (bench/cmd/footprint, built with go build; run loadgen from bench/): policy sets "mix" and "all", the largest -nodes count`)
+	fs.BoolVar(&f.footprint, "footprint", true, `also measure the memory of separate processes that link only the engine and the server (bench/cmd/footprint, built with go build; run loadgen from bench/), with the largest -nodes count: see -footprint-sets`)
+	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
@@ -91,6 +100,29 @@ func parseFlags() (*flags, error) {
 	}
 	if f.peerNodes, err = parseInts(peerNodes); err != nil {
 		return nil, fmt.Errorf("-peer-nodes: %w", err)
+	}
+	known := func(set string) bool { return slices.Contains(perf.PolicySets, set) }
+	if !known(f.policySet) {
+		return nil, fmt.Errorf("-policy-set: unknown set %q (want one of %v)", f.policySet, perf.PolicySets)
+	}
+	if f.nodeSize, err = perf.ParseNodeSize(nodeSize, perf.DefaultNodeSize(f.policySet)); err != nil {
+		return nil, fmt.Errorf("-node-size: %w", err)
+	}
+	for _, set := range strings.Split(footprintSets, ",") {
+		if set = strings.TrimSpace(set); set == "" {
+			continue
+		}
+		if !known(set) {
+			return nil, fmt.Errorf("-footprint-sets: unknown set %q (want some of %v)", set, perf.PolicySets)
+		}
+		f.footprintSets = append(f.footprintSets, set)
+	}
+	if len(f.footprintSets) == 0 {
+		if f.policySet == perf.SetMix || f.policySet == perf.SetAll {
+			f.footprintSets = []string{perf.SetMix, perf.SetAll}
+		} else {
+			f.footprintSets = []string{f.policySet}
+		}
 	}
 	for _, v := range strings.Split(verbs, ",") {
 		v = strings.TrimSpace(v)
@@ -164,7 +196,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	dirs := perf.Dirs{Library: f.library, Examples: f.examples}
+	dirs := perf.Dirs{Library: f.library, Examples: f.examples, Realistic: f.realistic}
 	if err := dirs.Check(); err != nil {
 		return err
 	}
@@ -173,7 +205,7 @@ func run() error {
 
 	rep := &Report{Machine: machine(), Config: f.config()}
 	nInv := f.maxNodes()
-	logf("loading policy set %q and %d nodes", f.policySet, nInv)
+	logf("loading policy set %q and %d %s nodes", f.policySet, nInv, f.nodeSize)
 	env, err := load(ctx, f, dirs, nInv)
 	if err != nil {
 		return err
@@ -192,6 +224,8 @@ func run() error {
 		}
 	}()
 	c := newClient(base, f.concurrency)
+	c.stats = env.engine.Stats
+	c.nodeSize = f.nodeSize
 
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
@@ -227,8 +261,11 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
-		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req",
-			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest)
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req",
+			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest)
+		if res.EvalErrorsPerRequest > 0 {
+			logf("%s: %.1f evaluation errors per request (failing templates, or the service's request timeout)", res.Name, res.EvalErrorsPerRequest)
+		}
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
 	if f.cpuProfile != "" {
@@ -303,12 +340,18 @@ func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 	}
 	// Nodes in batches of 500, as an informer's initial list arrives in
 	// pages. The objects are not kept: the engine holds its own copy.
-	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), perf.Nodes(n)...), 500)
+	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), f.nodeSize.Nodes(n)...), 500)
 	if err != nil {
 		return nil, err
 	}
 	secs := time.Since(start).Seconds()
-	nodeJSON, _ := json.Marshal(perf.Node(0).Object)
+	nodeJSON := 0 // mean over the first nodes
+	k := min(n, 500)
+	for i := range k {
+		b, _ := json.Marshal(f.nodeSize.Node(i).Object)
+		nodeJSON += len(b)
+	}
+	nodeJSON /= max(k, 1)
 	m, err := memory()
 	if err != nil {
 		e.Close(ctx)
@@ -316,13 +359,14 @@ func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 	}
 	return &env{engine: e, policies: ps, load: Load{
 		PolicySet: f.policySet, Templates: len(ps), Constraints: perf.CountConstraints(ps),
-		DenyConstraints: len(perf.DenyConstraints(e)), Nodes: n, Namespaces: len(perf.ClusterNamespaces),
-		NodeJSONBytes: len(nodeJSON), Seconds: secs, Memory: m,
+		DenyConstraints: len(perf.DenyConstraints(e)), Nodes: n, NodeSize: string(f.nodeSize), Namespaces: len(perf.ClusterNamespaces),
+		NodeJSONBytes: nodeJSON, Seconds: secs, Memory: m,
 	}}, nil
 }
 
-// footprints builds bench/cmd/footprint and runs it for the "mix" and
-// "all" policy sets with n nodes.
+// footprints builds bench/cmd/footprint and runs it for each of
+// -footprint-sets with n nodes: the run's own set with -node-size's nodes,
+// the others with their default nodes.
 func footprints(f *flags, n int) ([]perf.Footprint, error) {
 	if _, err := os.Stat(filepath.Join("cmd", "footprint", "main.go")); err != nil {
 		return nil, fmt.Errorf("run loadgen from bench/ (it builds ./cmd/footprint), or pass -footprint=false: %w", err)
@@ -339,10 +383,14 @@ func footprints(f *flags, n int) ([]perf.Footprint, error) {
 		return nil, fmt.Errorf("go build ./cmd/footprint: %w", err)
 	}
 	var out []perf.Footprint
-	for _, set := range []string{perf.SetMix, perf.SetAll} {
-		logf("measuring the memory of a separate process: policy set %q, %d nodes", set, n)
-		cmd := exec.Command(exe, "-policy-set", set, "-nodes", strconv.Itoa(n),
-			"-library", f.library, "-examples", f.examples, "-seed", strconv.FormatUint(f.seed, 10))
+	for _, set := range f.footprintSets {
+		size := perf.DefaultNodeSize(set)
+		if set == f.policySet {
+			size = f.nodeSize
+		}
+		logf("measuring the memory of a separate process: policy set %q, %d %s nodes", set, n, size)
+		cmd := exec.Command(exe, "-policy-set", set, "-node-size", string(size), "-nodes", strconv.Itoa(n),
+			"-library", f.library, "-examples", f.examples, "-realistic", f.realistic, "-seed", strconv.FormatUint(f.seed, 10))
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
@@ -35,7 +37,7 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 	}
 	deny := perf.DenyConstraints(e.engine)
 	start := time.Now()
-	p, loaded, err := peerset.Load(e.policies, deny, append(perf.Namespaces(), perf.Nodes(n)...))
+	p, loaded, err := peerset.Load(e.policies, deny, append(perf.Namespaces(), f.nodeSize.Nodes(n)...))
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +48,7 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 	for _, nodes := range f.peerNodes {
 		names := perf.NodeNames(nodes)
 		sc := scenario{verb: "filter", nodes: nodes}
-		body := perf.NewArgs(nodes, false)
+		body := perf.NewArgsOf(f.nodeSize, nodes, false)
 		r := PeerResult{Nodes: nodes, Constraints: loaded, Agree: true}
 		var peerTotal, engineTotal time.Duration
 		for _, pod := range pods {
@@ -68,6 +70,7 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 			pp := PeerPod{Pod: pod.Namespace + "/" + pod.Name, Kind: pod.Kind, EngineMs: ms(engineD)}
 			t0 := time.Now()
 			denied := map[string]bool{}
+			messages := map[string][]string{}
 			for _, name := range names {
 				res, err := p.ReviewPodOnNode(ctx, obj, name, ns, user)
 				if err != nil {
@@ -78,19 +81,27 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 				if len(res) > 0 {
 					denied[name] = true
 				}
+				for _, x := range res {
+					messages[name] = append(messages[name], "["+x.ConstraintName+"] "+x.Msg)
+				}
 			}
 			peerD := time.Since(t0)
 			pp.PeerMs = ms(peerD)
 			pp.Denied = len(denied)
 			for _, name := range names {
-				_, engineDenied := outcome.deniedNodes[name]
+				msg, engineDenied := outcome.deniedNodes[name]
 				if engineDenied != denied[name] {
 					pp.Mismatch++
+				} else if engineDenied && !sameMessages(msg, messages[name]) {
+					if pp.MessageMismatch == 0 {
+						logf("%s on %s: engine %q, framework %q", pp.Pod, name, msg, messages[name])
+					}
+					pp.MessageMismatch++
 				}
 			}
-			if pp.Mismatch > 0 || pp.PeerError != "" {
+			if pp.Mismatch > 0 || pp.MessageMismatch > 0 || pp.PeerError != "" {
 				r.Agree = false
-				logf("framework and engine disagree on %s at %d nodes: %d nodes differ (%s)", pp.Pod, nodes, pp.Mismatch, pp.PeerError)
+				logf("framework and engine disagree on %s at %d nodes: %d nodes differ, %d messages differ (%s)", pp.Pod, nodes, pp.Mismatch, pp.MessageMismatch, pp.PeerError)
 			}
 			logf("%d nodes, %-40s framework %8.1f ms, engine %7.3f ms, %d nodes denied", nodes, pp.Pod, pp.PeerMs, pp.EngineMs, pp.Denied)
 			peerTotal += peerD
@@ -113,4 +124,16 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// sameMessages compares a filter answer's message for a node (the deny
+// violations as "[<constraint>] <msg>", joined by "; ", in the engine's
+// order) with the framework's violations as "[<constraint>] <msg>", in
+// any order.
+func sameMessages(engine string, framework []string) bool {
+	a := strings.Split(engine, "; ")
+	b := strings.Split(strings.Join(framework, "; "), "; ")
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

@@ -2,6 +2,7 @@ package peerset_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"sort"
 	"strings"
@@ -13,8 +14,11 @@ import (
 )
 
 // TestPeerAgrees checks that Gatekeeper's framework, loaded as the load
-// generator loads it, finds the same deny violations as the engine on
-// every (pod, node) pair of two nodes per pool.
+// generator loads it, finds the same deny violations (constraint, message
+// and details) as the engine on every (pod, node) pair of the mix's
+// nodes (two per pool) and of the realistic set's kubelet-sized nodes
+// (three per pool, one per zone). Loading them also checks that the
+// framework accepts the realistic set's placement templates.
 func TestPeerAgrees(t *testing.T) {
 	d := perf.DefaultDirs("../..")
 	if err := d.Check(); err != nil {
@@ -23,61 +27,83 @@ func TestPeerAgrees(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	ps, err := perf.LoadMix(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	n := 2 * len(perf.Pools)
-	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), perf.Nodes(n)...), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	deny := perf.DenyConstraints(e)
-	if len(deny) != 19 {
-		t.Fatalf("%d deny constraints, want 19", len(deny))
-	}
-	p, loaded, err := peerset.Load(ps, deny, append(perf.Namespaces(), perf.Nodes(n)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loaded != len(deny) {
-		t.Fatalf("framework holds %d constraints, want %d", loaded, len(deny))
-	}
-	s := perf.NewStream(2, 0, 0)
-	pods := []perf.Pod{s.OneOff(5), s.OneOff(6)}
-	for rs := range perf.ReplicaSets {
-		pods = append(pods, s.Replica(rs, 100+rs))
-	}
-	for _, pod := range pods {
-		obj, err := perf.ServerView(pod.JSON)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: obj, Candidates: perf.Candidates(n)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, name := range perf.NodeNames(n) {
-			res, err := p.ReviewPodOnNode(ctx, obj, name, perf.NamespaceObject(pod.Namespace), perf.SchedulerUserInfo())
+	for _, tc := range []struct {
+		set   string
+		nodes int
+		deny  int
+	}{
+		{perf.SetMix, 2 * len(perf.Pools), 19},
+		{perf.SetRealistic, 3 * len(perf.Pools), 3},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			ps, err := perf.LoadSet(d, tc.set)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got, want []string
-			for _, r := range res {
-				want = append(want, r.ConstraintName+": "+r.Msg)
+			size := perf.DefaultNodeSize(tc.set)
+			inventory := append(perf.Namespaces(), size.Nodes(tc.nodes)...)
+			ctx := context.Background()
+			e, err := perf.NewEngine(ctx, opa.Options{}, ps, inventory, 0)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, v := range pl.Nodes[i].Violations {
-				if v.Action == opa.Deny {
-					got = append(got, v.Constraint.Name+": "+v.Message)
+			defer e.Close(ctx)
+			deny := perf.DenyConstraints(e)
+			if len(deny) != tc.deny {
+				t.Fatalf("%d deny constraints, want %d", len(deny), tc.deny)
+			}
+			p, loaded, err := peerset.Load(ps, deny, inventory)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loaded != len(deny) {
+				t.Fatalf("framework holds %d constraints, want %d", loaded, len(deny))
+			}
+			s := perf.NewStream(2, 0, 0)
+			pods := []perf.Pod{s.OneOff(5), s.OneOff(6)}
+			for rs := range perf.ReplicaSets {
+				pods = append(pods, s.Replica(rs, 100+rs))
+			}
+			violations := 0
+			for _, pod := range pods {
+				obj, err := perf.ServerView(pod.JSON)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pl, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: obj, Candidates: perf.Candidates(tc.nodes)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, name := range perf.NodeNames(tc.nodes) {
+					res, err := p.ReviewPodOnNode(ctx, obj, name, perf.NamespaceObject(pod.Namespace), perf.SchedulerUserInfo())
+					if err != nil {
+						t.Fatal(err)
+					}
+					var got, want []string
+					for _, r := range res {
+						det, _ := json.Marshal(r.Details)
+						want = append(want, r.ConstraintName+": "+r.Msg+" "+string(det))
+					}
+					for _, v := range pl.Violations(i) {
+						if v.Action == opa.Deny {
+							det := string(v.Details)
+							if det == "" {
+								det = "{}"
+							}
+							got = append(got, v.Constraint.Name+": "+v.Message+" "+det)
+						}
+					}
+					sort.Strings(got)
+					sort.Strings(want)
+					violations += len(got)
+					if strings.Join(got, "\n") != strings.Join(want, "\n") {
+						t.Errorf("%s on %s:\nengine:    %q\nframework: %q", pod.Name, name, got, want)
+					}
 				}
 			}
-			sort.Strings(got)
-			sort.Strings(want)
-			if strings.Join(got, "\n") != strings.Join(want, "\n") {
-				t.Errorf("%s on %s:\nengine:    %q\nframework: %q", pod.Name, name, got, want)
+			if violations == 0 {
+				t.Error("no deny violation on any (pod, node) pair")
 			}
-		}
+		})
 	}
 }

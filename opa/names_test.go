@@ -1,0 +1,142 @@
+package opa_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+)
+
+// printingPolicies name the pod and the node in their messages in the ways
+// users write them: sprintf with %v, %s and %q, an alias, a helper,
+// details, spec.nodeName printed.
+const printingPolicies = `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sprintpool}
+spec:
+  crd: {spec: {names: {kind: K8sPrintPool}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sprintpool
+        violation[{"msg": msg, "details": {"node": node.metadata.name, "pod": input.review.object.metadata.name}}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          pod := input.review.object
+          msg := sprintf("pod %v may not use node %s (%q)", [pod.metadata.name, node.metadata.name, input.review.object.spec.nodeName])
+        }
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          msg := name_msg(input.review.object.metadata.name)
+        }
+        name_msg(n) = m { m := sprintf("%v", [n]) }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sPrintPool
+metadata: {name: print-pool}
+`
+
+func printingEngine(t testing.TB, opts opa.Options, nodeNames []string) *opa.Engine {
+	t.Helper()
+	objs, err := source.ReadObjects(strings.NewReader(printingPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, opts)
+	apply(t, e, objs...)
+	var nodes []*unstructured.Unstructured
+	for i, n := range nodeNames {
+		nodes = append(nodes, node(n, map[string]string{"pool": []string{"blocked", "open", "blocked"}[i%3]}))
+	}
+	apply(t, e, nodes...)
+	return e
+}
+
+func placementMessages(t testing.TB, e *opa.Engine, podName any, cands []opa.Candidate) []string {
+	t.Helper()
+	p := pod("default", "x")
+	md := p["metadata"].(map[string]any)
+	if podName == nil {
+		delete(md, "name")
+	} else {
+		md["name"] = podName
+	}
+	res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, v := range res.Nodes {
+		for _, x := range res.Violations(i) {
+			out = append(out, fmt.Sprintf("%s %s %s %v", v.Name, x.Message, x.Details, x.Error))
+		}
+	}
+	return out
+}
+
+// TestPrintedNamesMemoIsExact runs pods with odd names over nodes with odd
+// names through an engine with the memo and one without: the answers must
+// be byte-identical, and the memo must evaluate once per node class, not
+// once per pod or per node.
+func TestPrintedNamesMemoIsExact(t *testing.T) {
+	nodeNames := []string{"n-1", "n-2", "n-3", `n"q`, `n\b`, "n-%v", "nü-日本", "n-4", "n-5"}
+	var cands []opa.Candidate
+	for _, n := range nodeNames {
+		cands = append(cands, opa.Candidate{Name: n})
+	}
+	memo := printingEngine(t, opa.Options{}, nodeNames)
+	exact := printingEngine(t, opa.Options{DisableMemo: true}, nodeNames)
+	podNames := []any{"web-1", "web-2", `we"b`, `we\b`, "we%vb", "%!s(MISSING)", "ünï 日本 🚀", "", nil, 42, "n-1", "<&>\u2028", strings.Repeat("x", 200)}
+	before := memo.Stats().Evaluations
+	for _, n := range podNames {
+		got, want := placementMessages(t, memo, n, cands), placementMessages(t, exact, n, cands)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("pod name %#v:\n memo    %q\n no memo %q", n, got, want)
+		}
+	}
+	// Names that are strings and print as themselves under %q share one
+	// evaluation per node class (blocked, open); the others (quotes,
+	// backslashes, non-strings, missing) are evaluated as they are.
+	evals := memo.Stats().Evaluations - before
+	if evals > 2*uint64(len(podNames))+uint64(len(nodeNames))*4 {
+		t.Errorf("%d evaluations for %d pods on %d nodes: the printed names are not left out of the key", evals, len(podNames), len(nodeNames))
+	}
+	before = memo.Stats().Evaluations
+	for i := range 50 {
+		placementMessages(t, memo, fmt.Sprintf("replica-%d", i), cands)
+	}
+	if evals := memo.Stats().Evaluations - before; evals != 0 {
+		t.Errorf("50 more replicas ran %d evaluations, want 0 (their names are only printed)", evals)
+	}
+}
+
+// FuzzPrintedNames checks the memo against no memo on arbitrary pod and
+// node names.
+func FuzzPrintedNames(f *testing.F) {
+	for _, s := range [][2]string{{"web-1", "n-1"}, {`a"b`, `c\d`}, {"%v", "%q"}, {"", "x"}, {"ü", "日本"}, {"same", "same"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, podName, nodeName string) {
+		if nodeName == "" {
+			return
+		}
+		nodes := []string{nodeName, nodeName + "-2", "fixed"}
+		cands := []opa.Candidate{{Name: nodes[0]}, {Name: nodes[1]}, {Name: nodes[2]}}
+		memo := printingEngine(t, opa.Options{}, nodes)
+		exact := printingEngine(t, opa.Options{DisableMemo: true}, nodes)
+		for _, n := range []string{podName, podName + "x", podName} {
+			got, want := placementMessages(t, memo, n, cands), placementMessages(t, exact, n, cands)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("pod %q nodes %q:\n memo    %q\n no memo %q", n, nodes, got, want)
+			}
+		}
+	})
+}
