@@ -13,9 +13,14 @@
 // from: sources (a folder, a cluster) push objects in through Apply, and
 // handlers ask through Evaluate and Review. Data flows one way.
 //
-// Speed comes from three decisions made when a template is compiled: inputs
-// are converted to ast.Value once per request; templates that cannot read the
-// candidate node are evaluated once per pod, not once per node; and every
-// deterministic template is memoised on a key made of exactly the parts of
-// the input and of the node that its compiled Rego can read (see analysis.go).
+// Speed comes from decisions made when a template is compiled and a
+// constraint bound: inputs are converted to ast.Value once per request;
+// templates that cannot read the candidate node are evaluated once per pod
+// class and their verdict kept once per answer (Placement.Common), not once
+// per node; every deterministic template is memoised on a key made of
+// exactly the parts of the input and of the node that decide its verdict
+// (package internal/analysis); values that are only printed into messages
+// are left out of that key and put back into the results (message.go); the
+// memo and the node classes are bounded, leak-free caches (package
+// internal/memo).
 package opa

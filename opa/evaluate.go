@@ -223,7 +223,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			if res, err = r.evalNode(bc, i, pod, subst); err != nil {
 				return err
 			}
-			if e != nil && !hasError(res) {
+			if e != nil && memorable(res) {
 				r.e.memo.Put(e, class, res, resultBytes(res))
 			}
 		}
@@ -441,7 +441,7 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]res
 	if err != nil {
 		return nil, false, err
 	}
-	if e != nil && !hasError(res) {
+	if e != nil && memorable(res) {
 		r.e.memo.Put(e, 0, res, resultBytes(res))
 	}
 	return res, false, nil

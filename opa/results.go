@@ -36,6 +36,9 @@ type result struct {
 	err     bool
 	// holes: msg or details hold placeholders (see message.go).
 	holes bool
+	// transient: the request's deadline stopped the evaluation; such a
+	// verdict is never remembered.
+	transient bool
 }
 
 type memoEntry = memo.Entry[[]result]
@@ -141,7 +144,7 @@ func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]r
 func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
 	if err := r.ctx.Err(); err != nil {
 		r.e.stats.evalErrors.Add(1)
-		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true}}, nil
+		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true, transient: true}}, nil
 	}
 	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
 	query := bc.tmpl.query
@@ -154,7 +157,7 @@ func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]resu
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
-			return []result{{msg: "evaluation stopped (the request's deadline): " + ctxErr.Error(), err: true}}, nil
+			return []result{{msg: "evaluation stopped (the request's deadline): " + ctxErr.Error(), err: true, transient: true}}, nil
 		}
 		return []result{{msg: err.Error(), err: true}}, nil
 	}
@@ -172,6 +175,18 @@ func hasError(res []result) bool {
 		}
 	}
 	return false
+}
+
+// memorable reports whether res may be remembered: evaluation errors of a
+// deterministic template are verdicts like any other (Gatekeeper fails
+// closed on them every time), a deadline is not.
+func memorable(res []result) bool {
+	for _, x := range res {
+		if x.transient {
+			return false
+		}
+	}
+	return true
 }
 
 // toResults reads a violation set the way Gatekeeper's hook does: elements
