@@ -312,20 +312,7 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 					return *c, true
 				}
 				if o, rest, ok := z.aliasRule(v); ok {
-					base = o
-					rest = z.substituteConsts(rest, env)
-					for i, k := range rest {
-						if !k.IsGround() {
-							for _, kk := range rest[i:] {
-								z.walk(kk, env, depth)
-							}
-							o := base.extend(rest[:i]...)
-							o.exact = false
-							o.below += len(rest) - i
-							return o, true
-						}
-					}
-					return base.extend(rest...), true
+					return z.follow(o, rest, env, depth), true
 				}
 				return origin{}, false
 			}
@@ -353,21 +340,28 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 			}
 			base = o
 		}
-		rest = z.substituteConsts(rest, env)
-		for i, k := range rest {
-			if !k.IsGround() {
-				for _, kk := range rest[i:] {
-					z.walk(kk, env, depth)
-				}
-				o := base.extend(rest[:i]...)
-				o.exact = false
-				o.below += len(rest) - i
-				return o, true
-			}
-		}
-		return base.extend(rest...), true
+		return z.follow(base, rest, env, depth), true
 	}
 	return origin{}, false
+}
+
+// follow extends base by the keys of rest up to the first non-ground one;
+// from there the origin is inexact and the remaining keys are walked as
+// ordinary uses.
+func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin, depth int) origin {
+	rest = z.substituteConsts(rest, env)
+	for i, k := range rest {
+		if !k.IsGround() {
+			for _, kk := range rest[i:] {
+				z.walk(kk, env, depth)
+			}
+			o := base.extend(rest[:i]...)
+			o.exact = false
+			o.below += len(rest) - i
+			return o
+		}
+	}
+	return base.extend(rest...)
 }
 
 func isInventoryRef(r ast.Ref) bool {
