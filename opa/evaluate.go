@@ -149,6 +149,8 @@ type request struct {
 	pods map[string]*podView
 	// scratch for the node classes of one constraint
 	classIDs   []int
+	classAux   []any
+	bindBuf    bindings
 	slotNames  []string
 	slotValues []ast.Value
 	// counters, added to the engine's once per request
@@ -262,21 +264,16 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	return r.evalWith(bc, r.nodeReview(pod.review, -1, key), nodes)
 }
 
-// nodeBindings adds node i's printed values to the pod's.
+// nodeBindings adds node i's printed values (remembered with its class)
+// to the pod's, in a buffer reused for every node of the request.
 func (r *request) nodeBindings(bc *boundConstraint, i int, pod bindings) bindings {
-	s := &r.slots[i]
-	b := make(bindings, len(pod), len(pod)+len(bc.nodeMsgs)+1)
-	copy(b, pod)
-	for _, m := range bc.nodeMsgs {
-		if v, ok := substitutable(lookup(s.value, m.path), m.quote); ok {
-			b = append(b, binding{index: m.index, value: v})
-		}
+	printed, _ := r.classAux[i].(*nodePrinted)
+	if printed == nil {
+		_, printed = bc.project(r.slots[i].name, r.slots[i].value)
 	}
-	if m := bc.nameMsg; m != nil {
-		if v, ok := substitutable(ast.StringTerm(s.name), m.quote); ok {
-			b = append(b, binding{index: m.index, value: v})
-		}
-	}
+	b := append(r.bindBuf[:0], pod...)
+	b = append(b, printed.bindings...)
+	r.bindBuf = b
 	return b
 }
 
@@ -311,12 +308,16 @@ func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
 		r.classIDs = make([]int, n)
 	}
 	ids := r.classIDs[:n]
+	if cap(r.classAux) < n {
+		r.classAux = make([]any, n)
+	}
+	aux := r.classAux[:n]
 	remember := func(i int) bool { return !r.slots[i].fromRequest }
-	bc.classes.Known(r.slotNames, r.slotValues, remember, ids)
+	bc.classes.Known(r.slotNames, r.slotValues, remember, ids, aux)
 	for i := range r.slots {
 		if ids[i] == 0 && !p.Nodes[i].Unknown {
 			s := &r.slots[i]
-			ids[i] = bc.classes.Of(s.name, s.value, !s.fromRequest, func() *ast.Array { return bc.project(s.name, s.value) })
+			ids[i], aux[i] = bc.classes.Of(s.name, s.value, !s.fromRequest, func() (*ast.Array, any) { return bc.project(s.name, s.value) })
 		}
 	}
 	return ids
@@ -396,10 +397,18 @@ func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *a
 	return ast.NewArray(terms...)
 }
 
+// nodePrinted are a node's values printed by one constraint, ready to be
+// put into its results: computed once per Node value, with its class.
+type nodePrinted struct {
+	bindings bindings
+}
+
 // project is a node's part of a memo key: the values at the node paths
 // the template reads, whether the paths it only tests are true, and for
 // printed values a marker where a placeholder can stand, else the value.
-func (bc *boundConstraint) project(name string, node ast.Value) *ast.Array {
+// It also gives the printed values themselves.
+func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *nodePrinted) {
+	printed := &nodePrinted{}
 	a := bc.analysis
 	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.nodeMsgs)+1)
 	for _, path := range a.NodePaths {
@@ -410,8 +419,9 @@ func (bc *boundConstraint) project(name string, node ast.Value) *ast.Array {
 	}
 	for _, m := range bc.nodeMsgs {
 		t := lookup(node, m.path)
-		if _, ok := substitutable(t, m.quote); ok {
+		if v, ok := substitutable(t, m.quote); ok {
 			t = placeholderKey
+			printed.bindings = append(printed.bindings, newBinding(m.index, v))
 		}
 		terms = append(terms, t)
 	}
@@ -419,10 +429,11 @@ func (bc *boundConstraint) project(name string, node ast.Value) *ast.Array {
 		t := ast.StringTerm(name)
 		if _, ok := substitutable(t, m.quote); ok {
 			t = placeholderKey
+			printed.bindings = append(printed.bindings, newBinding(m.index, name))
 		}
 		terms = append(terms, t)
 	}
-	return ast.NewArray(terms...)
+	return ast.NewArray(terms...), printed
 }
 
 // evalPod evaluates a template that cannot see the node, once per pod

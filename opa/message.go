@@ -79,64 +79,51 @@ func substitutable(t *ast.Term, quote bool) (string, bool) {
 // here": a set, which no JSON value can be.
 var placeholderKey = ast.SetTerm(ast.StringTerm("placeholder"))
 
-// binding is one placeholder and the real value it stands for.
+// binding is one placeholder and the real value it stands for, also as
+// it is written inside a JSON string (for details).
 type binding struct {
 	index int
 	value string
+	json  string
+}
+
+func newBinding(index int, value string) binding {
+	return binding{index: index, value: value, json: jsonInner(value)}
+}
+
+// jsonInner is value as encoding/json writes it between the quotes (HTML
+// characters escaped, as json.Marshal does for details).
+func jsonInner(value string) string {
+	enc, _ := json.Marshal(value)
+	return string(enc[1 : len(enc)-1])
 }
 
 // bindings are the substitutions of one answer.
 type bindings []binding
 
-func (b bindings) lookup(i int) (string, bool) {
-	for _, x := range b {
-		if x.index == i {
-			return x.value, true
+func (b bindings) lookup(i int) (*binding, bool) {
+	for k := range b {
+		if b[k].index == i {
+			return &b[k], true
 		}
 	}
-	return "", false
+	return nil, false
 }
 
-// substitute puts real values into results evaluated with placeholders.
-// Results without placeholders are returned as they are; results that
-// become equal are merged again, as the violation set would have.
-func (ph *placeholders) substitute(res []result, b bindings) []result {
-	if len(b) == 0 {
-		return res
-	}
-	holes := 0
-	for i := range res {
-		if res[i].holes {
-			holes++
-		}
-	}
-	if holes == 0 {
-		return res
-	}
-	out := make([]result, len(res))
-	for i, x := range res {
-		if x.holes {
-			x.msg = ph.fill(x.msg, b, false)
-			if len(x.details) > 0 {
-				x.details = []byte(ph.fill(string(x.details), b, true))
-			}
-			x.holes = false
-		}
-		out[i] = x
-	}
-	if holes > 1 || len(out) > 1 {
-		sortResults(out)
-		out = slices.CompactFunc(out, func(a, b result) bool {
-			return a.msg == b.msg && string(a.details) == string(b.details) && a.err == b.err
-		})
-	}
-	return out
+// text is a message or details evaluated with placeholders, cut at them:
+// lits[0] hole[0] lits[1] ... lits[n]. Cut once when the result is made,
+// filled once per answer.
+type text struct {
+	lits  []string
+	holes []int
 }
 
-// fill replaces every placeholder of s that b binds; inJSON escapes the
-// value as it stands inside a JSON string.
-func (ph *placeholders) fill(s string, b bindings, inJSON bool) string {
-	var sb strings.Builder
+// cut splits s at the placeholders of ph; nil when it holds none.
+func (ph *placeholders) cut(s string) *text {
+	if !strings.Contains(s, ph.prefix) {
+		return nil
+	}
+	t := &text{}
 	for {
 		i := strings.Index(s, ph.prefix)
 		if i < 0 {
@@ -145,26 +132,77 @@ func (ph *placeholders) fill(s string, b bindings, inJSON bool) string {
 		rest := s[i+len(ph.prefix):]
 		j := strings.IndexByte(rest, '_')
 		idx, err := strconv.Atoi(rest[:max(j, 0)])
-		value, ok := b.lookup(idx)
-		if j < 0 || err != nil || !ok {
-			sb.WriteString(s[:i+len(ph.prefix)])
+		if j < 0 || err != nil {
+			// Not one of ours after all: keep it as text.
+			t.lits = append(t.lits, s[:i+len(ph.prefix)])
+			t.holes = append(t.holes, -1)
 			s = rest
 			continue
 		}
-		sb.WriteString(s[:i])
-		if inJSON {
-			enc, _ := json.Marshal(value)
-			sb.Write(enc[1 : len(enc)-1])
-		} else {
-			sb.WriteString(value)
-		}
+		t.lits = append(t.lits, s[:i])
+		t.holes = append(t.holes, idx)
 		s = rest[j+1:]
 	}
-	if sb.Len() == 0 {
-		return s
+	t.lits = append(t.lits, s)
+	return t
+}
+
+// fill writes the text with the bound values (JSON-escaped with inJSON);
+// a placeholder b does not bind stays as it was.
+func (ph *placeholders) fill(t *text, b bindings, inJSON bool) string {
+	n := 0
+	for _, l := range t.lits {
+		n += len(l)
 	}
-	sb.WriteString(s)
+	var sb strings.Builder
+	sb.Grow(n + 32*len(t.holes))
+	for k, l := range t.lits {
+		sb.WriteString(l)
+		if k == len(t.holes) {
+			break
+		}
+		if t.holes[k] < 0 {
+			continue
+		}
+		x, ok := b.lookup(t.holes[k])
+		switch {
+		case !ok:
+			sb.WriteString(ph.text(t.holes[k]))
+		case inJSON:
+			sb.WriteString(x.json)
+		default:
+			sb.WriteString(x.value)
+		}
+	}
 	return sb.String()
+}
+
+// substitute puts real values into results evaluated with placeholders.
+// Results without placeholders are returned as they are; results that
+// become equal are merged again, as the violation set would have.
+func (ph *placeholders) substitute(res []result, b bindings) []result {
+	if len(b) == 0 || !anyHoles(res) {
+		return res
+	}
+	out := make([]result, len(res))
+	for i, x := range res {
+		if x.msgText != nil {
+			x.msg = ph.fill(x.msgText, b, false)
+			x.msgText = nil
+		}
+		if x.detailsText != nil {
+			x.details = []byte(ph.fill(x.detailsText, b, true))
+			x.detailsText = nil
+		}
+		out[i] = x
+	}
+	if len(out) > 1 {
+		sortResults(out)
+		out = slices.CompactFunc(out, func(a, b result) bool {
+			return a.msg == b.msg && string(a.details) == string(b.details) && a.err == b.err
+		})
+	}
+	return out
 }
 
 // setPath returns v with the value at path replaced by t, sharing every

@@ -1,7 +1,6 @@
 package opa
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -34,8 +33,9 @@ type result struct {
 	msg     string
 	details json.RawMessage
 	err     bool
-	// holes: msg or details hold placeholders (see message.go).
-	holes bool
+	// msgText and detailsText are msg and details cut at their
+	// placeholders (see message.go), nil when they hold none.
+	msgText, detailsText *text
 	// transient: the request's deadline stopped the evaluation; such a
 	// verdict is never remembered.
 	transient bool
@@ -55,7 +55,7 @@ func keySize(key *ast.Array) int { return memo.Size(key) }
 
 func anyHoles(res []result) bool {
 	for i := range res {
-		if res[i].holes {
+		if res[i].msgText != nil || res[i].detailsText != nil {
 			return true
 		}
 	}
@@ -97,7 +97,7 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 			if nv, ok := setPath(review, m.path[1:], ast.StringTerm(m.text)); ok {
 				review = nv
 				v.key = append(v.key, placeholderKey)
-				v.bind = append(v.bind, binding{index: m.index, value: s})
+				v.bind = append(v.bind, newBinding(m.index, s))
 				continue
 			}
 		}
@@ -161,7 +161,7 @@ func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]resu
 		}
 		return []result{{msg: err.Error(), err: true}}, nil
 	}
-	res := toResults(rs, r.e.ph.prefix)
+	res := toResults(rs, r.e.ph)
 	if hasError(res) {
 		r.e.stats.evalErrors.Add(1)
 	}
@@ -192,7 +192,7 @@ func memorable(res []result) bool {
 // toResults reads a violation set the way Gatekeeper's hook does: elements
 // without msg are dropped, a non-string msg is an error, details default to
 // {}, duplicates collapse. holes marks results that hold placeholder text.
-func toResults(rs rego.ResultSet, placeholder string) []result {
+func toResults(rs rego.ResultSet, ph *placeholders) []result {
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return nil
 	}
@@ -230,8 +230,7 @@ func toResults(rs rego.ResultSet, placeholder string) []result {
 			continue
 		}
 		seen[k] = true
-		holes := strings.Contains(msg, placeholder) || bytes.Contains(b, []byte(placeholder))
-		out = append(out, result{msg: msg, details: b, holes: holes})
+		out = append(out, result{msg: msg, details: b, msgText: ph.cut(msg), detailsText: ph.cut(string(b))})
 	}
 	sortResults(out)
 	return out

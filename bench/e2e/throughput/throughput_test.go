@@ -3,11 +3,24 @@
 // opa-scheduler-extender (names-only and full node lists), at the
 // scheduler's default client QPS and at 5000, in one run on one cluster.
 //
+// -policy-set picks what the service enforces and what the cluster looks
+// like: "examples" (the default) is the four placement policies of
+// deploy/examples on fake nodes (cluster.FakeNode); "realistic" is the
+// whole Gatekeeper library (every template with its first sample
+// constraint, made warn here by the opa-scheduler-extender/enforcement-action
+// annotation) plus the five placement templates of bench/testdata/realistic
+// (three deny, two warn), on kubelet-sized nodes (about 10 KB each, in the
+// ten pools of bench/perf), with pods that tolerate spot capacity or use
+// the host network where the deny templates allow it (see realisticPod).
+//
 // Speed is measured, not asserted: the test fails only if pods are not
 // all bound. The default `go test ./...` run is small; the figures in
 // bench/README.md come from:
 //
 //	cd bench/e2e && go test -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 500
+//	cd bench/e2e && go test -count=1 -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 0 -policy-set realistic -out /tmp/throughput-realistic.json
+//
+// -full-pods 0 leaves out the full-node-list setup.
 package throughput
 
 import (
@@ -21,7 +34,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -40,28 +52,50 @@ import (
 )
 
 var (
-	numNodes = flag.Int("nodes", 200, "nodes in the cluster")
-	numPods  = flag.Int("pods", 300, "pending pods per run")
-	fullPods = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
-	outFile  = flag.String("out", "", "write the results as JSON to this file")
+	numNodes  = flag.Int("nodes", 200, "nodes in the cluster")
+	numPods   = flag.Int("pods", 300, "pending pods per run")
+	fullPods  = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
+	outFile   = flag.String("out", "", "write the results as JSON to this file")
+	policySet = flag.String("policy-set", setExamples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
+	library   = flag.String("library", filepath.Join("..", "..", "..", "..", "shared", "gatekeeper-library", "library"), "the gatekeeper-library's library/ folder (-policy-set realistic)")
 )
 
 type result struct {
+	PolicySet  string  `json:"policySet"`
 	Setup      string  `json:"setup"`
 	QPS        string  `json:"qps"`
 	Pods       int     `json:"pods"`
 	Seconds    float64 `json:"seconds"`
 	PodsPerSec float64 `json:"podsPerSecond"`
+	// Engine is the service's evaluation counters during this run (service setups only).
+	Engine *engineDelta `json:"engine,omitempty"`
+}
+
+type engineDelta struct {
+	Evaluations uint64 `json:"evaluations"`
+	MemoHits    uint64 `json:"memoHits"`
+	MemoMisses  uint64 `json:"memoMisses"`
+	EvalErrors  uint64 `json:"evalErrors"`
+}
+
+func delta(a, b opa.Stats) *engineDelta {
+	return &engineDelta{Evaluations: b.Evaluations - a.Evaluations, MemoHits: b.MemoHits - a.MemoHits, MemoMisses: b.MemoMisses - a.MemoMisses, EvalErrors: b.EvalErrors - a.EvalErrors}
 }
 
 func TestSchedulerThroughput(t *testing.T) {
+	set := *policySet
+	ps, err := loadPolicySet(set, *library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("policy set %s: %d templates, %d constraints", set, len(ps), countConstraints(ps))
+	testStart := time.Now()
 	c := cluster.Start(t, cluster.Options{})
 	ctx := context.Background()
 	if err := c.InstallGatekeeperCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if _, err := c.CreateNodes(ctx, *numNodes, func(i int) *corev1.Node {
+	mkNode := func(i int) *corev1.Node {
 		labels := map[string]string{"pool": fmt.Sprintf("pool-%d", i%10), "topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}
 		switch i % 10 {
 		case 0:
@@ -70,34 +104,37 @@ func TestSchedulerThroughput(t *testing.T) {
 			labels["node.kubernetes.io/lifecycle"] = "spot"
 		}
 		return cluster.FakeNode(fmt.Sprintf("node-%04d", i), labels, nil)
-	}); err != nil {
+	}
+	mkPod := func(ns string, i int) *corev1.Pod {
+		return cluster.PausePod(ns, fmt.Sprintf("p-%04d", i), map[string]string{"app": fmt.Sprintf("rs-%d", i%4)})
+	}
+	var nsLabels map[string]string
+	nodeKind := "fake"
+	if set == setRealistic {
+		mkNode, mkPod, nsLabels, nodeKind = kubeletNode, realisticPod, realisticNamespaceLabels, "kubelet"
+		var total int
+		for i := 0; i < 20; i++ {
+			b, _ := json.Marshal(kubeletNode(i))
+			total += len(b)
+		}
+		t.Logf("kubelet-sized nodes: %d bytes of JSON on average (first 20)", total/20)
+	}
+	start := time.Now()
+	if _, err := c.CreateNodes(ctx, *numNodes, mkNode); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d nodes created in %v", *numNodes, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d %s nodes created in %v", *numNodes, nodeKind, time.Since(start).Round(time.Millisecond))
 
-	// The service, with the example placement policies, synced from the
-	// cluster as in production.
-	root := filepath.Join("..", "..", "..")
-	for _, p := range []string{"tenant-isolation", "spot-toleration", "privileged-nodes", "node-preference"} {
-		objs, err := source.ReadFile(filepath.Join(root, "deploy", "examples", p, "template.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cons, err := source.ReadFile(filepath.Join(root, "deploy", "examples", p, "constraint.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CreateConstraintCRDForTemplate(ctx, objs[0]); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Dynamic().Resource(cluster.ConstraintTemplateGVR).Create(ctx, objs[0], metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Dynamic().Resource(cluster.ConstraintGVR(cons[0].GetKind())).Create(ctx, cons[0], metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	// The service, with the policy set's templates and constraints, synced
+	// from the cluster as in production.
+	start = time.Now()
+	if err := installPolicies(ctx, c, ps); err != nil {
+		t.Fatal(err)
 	}
-	svcURL, engine := startService(t, c)
+	t.Logf("%d templates and %d constraints created in %v", len(ps), countConstraints(ps), time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	svcURL, engine := startService(t, c, len(ps), countConstraints(ps))
+	t.Logf("service ready in %v", time.Since(start).Round(time.Millisecond))
 	noopURL := startNoop(t)
 
 	type setup struct {
@@ -121,13 +158,16 @@ func TestSchedulerThroughput(t *testing.T) {
 		qps, burst int
 	}{{"5000/5000", 5000, 5000}, {"default 50/100", 0, 0}} {
 		for _, s := range setups {
+			if s.pods <= 0 {
+				continue
+			}
 			run++
 			ns := fmt.Sprintf("run-%d", run)
-			if err := c.EnsureNamespace(ctx, ns); err != nil {
+			if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			for i := 0; i < s.pods; i++ {
-				p := cluster.PausePod(ns, fmt.Sprintf("p-%04d", i), map[string]string{"app": fmt.Sprintf("rs-%d", i%4)})
+				p := mkPod(ns, i)
 				if _, err := c.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -140,15 +180,23 @@ func TestSchedulerThroughput(t *testing.T) {
 			if qps.qps > 0 {
 				opts.QPS, opts.Burst = float32(qps.qps), int32(qps.burst)
 			}
+			before := engine.Stats()
+			runStart := time.Now()
 			sched := c.StartScheduler(t, opts)
 			first, last, n := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
 			sched.Stop()
-			r := result{Setup: s.name, QPS: qps.name, Pods: n, Seconds: last.Sub(first).Seconds()}
+			after := engine.Stats()
+			r := result{PolicySet: set, Setup: s.name, QPS: qps.name, Pods: n, Seconds: last.Sub(first).Seconds()}
 			if n > 1 && r.Seconds > 0 {
 				r.PodsPerSec = float64(n-1) / r.Seconds
 			}
+			evals := ""
+			if len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL {
+				r.Engine = delta(before, after)
+				evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
+			}
 			results = append(results, r)
-			t.Logf("%-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s", s.name, qps.name, n, r.Seconds, r.PodsPerSec)
+			t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qps.name, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
 			if n != s.pods {
 				t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qps.name, n, s.pods)
 			}
@@ -164,13 +212,21 @@ func TestSchedulerThroughput(t *testing.T) {
 	for _, q := range []string{"5000/5000", "default 50/100"} {
 		none, noop, svc := byKey["no extender|"+q], byKey["no-op extender (names)|"+q], byKey["opa-scheduler-extender (names)|"+q]
 		if noop > 0 && none > 0 {
-			t.Logf("qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f", q, svc/noop, svc/none, noop/none)
+			t.Logf("[%s] qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f", set, q, svc/noop, svc/none, noop/none)
 		}
 	}
 	st := engine.Stats()
-	t.Logf("engine: %d evaluations, %d memo hits, %d misses", st.Evaluations, st.MemoHits, st.MemoMisses)
+	t.Logf("[%s] engine: %d evaluations, %d memo hits, %d misses, %d evaluation errors; test wall time %v", set, st.Evaluations, st.MemoHits, st.MemoMisses, st.EvalErrors, time.Since(testStart).Round(time.Second))
 	if *outFile != "" {
-		b, _ := json.MarshalIndent(map[string]any{"nodes": *numNodes, "results": results}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{
+			"policySet":   set,
+			"nodes":       *numNodes,
+			"nodeKind":    nodeKind,
+			"templates":   len(ps),
+			"constraints": countConstraints(ps),
+			"results":     results,
+			"engine":      map[string]uint64{"evaluations": st.Evaluations, "memoHits": st.MemoHits, "memoMisses": st.MemoMisses, "evalErrors": st.EvalErrors},
+		}, "", "  ")
 		if err := os.WriteFile(*outFile, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +280,10 @@ func waitBound(t *testing.T, c *cluster.Cluster, ns, rv string, want int, timeou
 	return first, last, len(bound)
 }
 
-func startService(t *testing.T, c *cluster.Cluster) (string, *opa.Engine) {
+// startService starts the service on the cluster and waits until it is
+// ready with the policy set loaded: every template and constraint active
+// and every node in its inventory.
+func startService(t *testing.T, c *cluster.Cluster, wantTemplates, wantConstraints int) (string, *opa.Engine) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -249,17 +308,31 @@ func startService(t *testing.T, c *cluster.Cluster) (string, *opa.Engine) {
 	go func() { _ = srv.ServeListener(ctx, ln, server.ListenConfig{}); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; engine.Close(context.Background()) })
 	url := "http://" + ln.Addr().String()
-	for i := 0; i < 600; i++ {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
 		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 && len(engine.Status().Constraints) == 4 && engine.Status().Inventory["v1/Node"] == *numNodes {
+			if st := engine.Status(); resp.StatusCode == 200 && loaded(st, wantTemplates, wantConstraints) && st.Inventory["v1/Node"] == *numNodes {
 				return url, engine
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("service not ready: %+v", engine.Status())
+	st := engine.Status()
+	var bad []string
+	for _, ts := range st.Templates {
+		if !ts.Active || ts.Error != "" {
+			bad = append(bad, fmt.Sprintf("template %s: active %v, %s", ts.Name, ts.Active, ts.Error))
+		}
+	}
+	for _, cs := range st.Constraints {
+		if !cs.Active || cs.Error != "" {
+			bad = append(bad, fmt.Sprintf("constraint %s/%s: active %v, %s", cs.Kind, cs.Name, cs.Active, cs.Error))
+		}
+	}
+	t.Fatalf("service not ready: %d of %d templates, %d of %d constraints, inventory %v; not in force:\n%s",
+		len(st.Templates), wantTemplates, len(st.Constraints), wantConstraints, st.Inventory, strings.Join(bad, "\n"))
 	return "", nil
 }
 
@@ -298,5 +371,21 @@ func startNoop(t *testing.T) string {
 	return "http://" + ln.Addr().String()
 }
 
-var _ = sort.Strings
-var _ = strings.Contains
+// loaded reports whether the engine holds want templates and constraints,
+// all in force without errors.
+func loaded(st opa.Status, wantTemplates, wantConstraints int) bool {
+	if len(st.Templates) != wantTemplates || len(st.Constraints) != wantConstraints {
+		return false
+	}
+	for _, ts := range st.Templates {
+		if !ts.Active || ts.Error != "" {
+			return false
+		}
+	}
+	for _, cs := range st.Constraints {
+		if !cs.Active || cs.Error != "" {
+			return false
+		}
+	}
+	return true
+}

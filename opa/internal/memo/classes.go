@@ -26,6 +26,7 @@ type Classes struct {
 type named struct {
 	value ast.Value
 	id    int
+	aux   any
 }
 
 type classEntry struct {
@@ -39,35 +40,36 @@ func NewClasses(max int) *Classes {
 	return &Classes{byName: map[string]named{}, byKey: map[int][]classEntry{}, next: 1, max: max}
 }
 
-// Known sets ids[i] to the class of (names[i], values[i]) when that node,
-// as that value, was classified already, and to 0 for the others. remember
-// reports which slots may be looked up at all.
-func (c *Classes) Known(names []string, values []ast.Value, remember func(i int) bool, ids []int) {
+// Known sets ids[i] (and aux[i]) to the class of (names[i], values[i])
+// when that node, as that value, was classified already, and to 0 for the
+// others. remember reports which slots may be looked up at all.
+func (c *Classes) Known(names []string, values []ast.Value, remember func(i int) bool, ids []int, aux []any) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for i := range names {
-		ids[i] = 0
+		ids[i], aux[i] = 0, nil
 		if values[i] == nil || !remember(i) {
 			continue
 		}
 		if n, ok := c.byName[names[i]]; ok && n.value == values[i] {
-			ids[i] = n.id
+			ids[i], aux[i] = n.id, n.aux
 		}
 	}
 }
 
 // Of returns the class of a node; project computes its projection on a
-// miss. remember is false for nodes that came with a request.
-func (c *Classes) Of(name string, value ast.Value, remember bool, project func() *ast.Array) int {
+// miss, and aux what the caller wants remembered with it (the node's
+// printed values). remember is false for nodes that came with a request.
+func (c *Classes) Of(name string, value ast.Value, remember bool, project func() (*ast.Array, any)) (int, any) {
 	if remember {
 		c.mu.RLock()
 		n, ok := c.byName[name]
 		c.mu.RUnlock()
 		if ok && n.value == value {
-			return n.id
+			return n.id, n.aux
 		}
 	}
-	key := project()
+	key, aux := project()
 	h := key.Hash()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,9 +90,9 @@ func (c *Classes) Of(name string, value ast.Value, remember bool, project func()
 		c.byKey[h] = append(c.byKey[h], classEntry{key: key, id: id})
 	}
 	if remember {
-		c.byName[name] = named{value: value, id: id}
+		c.byName[name] = named{value: value, id: id, aux: aux}
 	}
-	return id
+	return id, aux
 }
 
 // Len reports how many node names are remembered.

@@ -62,27 +62,29 @@ func TestMemoOwnersAreApart(t *testing.T) {
 
 func TestClassesKeepOneValuePerName(t *testing.T) {
 	c := NewClasses(1 << 10)
-	proj := func(s string) func() *ast.Array { return func() *ast.Array { return ast.NewArray(ast.StringTerm(s)) } }
+	proj := func(s string) func() (*ast.Array, any) {
+		return func() (*ast.Array, any) { return ast.NewArray(ast.StringTerm(s)), s }
+	}
 	first := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(1)))
-	id := c.Of("n1", first, true, proj("pool-a"))
+	id, _ := c.Of("n1", first, true, proj("pool-a"))
 	for i := range 100 {
 		// Each status update is a new value: the table holds the newest.
 		v := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(i+2)))
-		if got := c.Of("n1", v, true, proj("pool-a")); got != id {
+		if got, aux := c.Of("n1", v, true, proj("pool-a")); got != id || aux != "pool-a" {
 			t.Fatalf("update %d changed the class %d -> %d", i, id, got)
 		}
 	}
 	if c.Len() != 1 {
 		t.Errorf("%d names remembered, want 1", c.Len())
 	}
-	if got := c.Of("n2", first, false, proj("pool-b")); got == id {
+	if got, _ := c.Of("n2", first, false, proj("pool-b")); got == id {
 		t.Error("another projection got the same class")
 	}
 	if c.Len() != 1 {
 		t.Error("a request node was remembered")
 	}
 	ids := make([]int, 1)
-	c.Known([]string{"n1"}, []ast.Value{first}, func(int) bool { return true }, ids)
+	c.Known([]string{"n1"}, []ast.Value{first}, func(int) bool { return true }, ids, make([]any, 1))
 	if ids[0] != 0 {
 		t.Error("a replaced value is still known")
 	}
