@@ -59,6 +59,9 @@ type Violation struct {
 	// order is the constraint's place in the policy set: violations of a
 	// node are listed in that order.
 	order int
+	// rendering: the message and details still to be filled with the
+	// node's printed values (Message and Details are empty until then).
+	rendering *rendering
 }
 
 // Candidate is a node the scheduler asks about. Without Object the node is
@@ -89,8 +92,11 @@ type NodeVerdict struct {
 	Name string `json:"name"`
 	// Unknown is true when the node was neither supplied nor in the
 	// inventory: no policy was evaluated for it.
-	Unknown bool        `json:"unknown,omitempty"`
-	Own     []Violation `json:"own,omitempty"`
+	Unknown bool `json:"unknown,omitempty"`
+	// Own are the violations of constraints that see the node, with their
+	// messages possibly not yet written: read them through
+	// Placement.EachViolation or Placement.Violations, which write them.
+	Own []Violation `json:"-"`
 	// Explain is filled only when the request asked for it.
 	Explain []ConstraintTrace `json:"explain,omitempty"`
 }
@@ -152,21 +158,38 @@ func (p *Placement) settle() {
 }
 
 // EachViolation calls f with every violation on node i, Common and the
-// node's own, in the policy set's order. Unknown nodes have none.
+// node's own, in the policy set's order, messages written. Unknown nodes
+// have none.
 func (p *Placement) EachViolation(i int, f func(*Violation)) {
+	p.EachViolationOf(i, "", f)
+}
+
+// EachViolationOf is EachViolation for the violations of one action ("":
+// all); messages of the others are never written.
+func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
 	v := &p.Nodes[i]
 	if v.Unknown {
 		return
 	}
 	a, b := p.Common, v.Own
 	for len(a) > 0 || len(b) > 0 {
+		var x *Violation
 		if len(b) == 0 || (len(a) > 0 && a[0].order <= b[0].order) {
-			f(&a[0])
-			a = a[1:]
+			x, a = &a[0], a[1:]
 		} else {
-			f(&b[0])
-			b = b[1:]
+			x, b = &b[0], b[1:]
 		}
+		if action != "" && x.Action != action {
+			continue
+		}
+		if x.rendering != nil {
+			y := *x
+			y.Message, y.Details = x.rendering.render()
+			y.rendering = nil
+			f(&y)
+			continue
+		}
+		f(x)
 	}
 }
 

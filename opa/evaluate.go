@@ -229,13 +229,46 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 				r.e.memo.Put(e, class, res, resultBytes(res))
 			}
 		}
-		b := pod.bind
-		if subst && anyHoles(res) {
-			b = r.nodeBindings(bc, i, pod.bind)
-		}
-		r.record(&p.Nodes[i], bc, order, r.e.ph.substitute(res, b), hit, r.since(start))
+		r.recordNode(&p.Nodes[i], bc, order, res, pod, r.printed(bc, i, subst), hit, r.since(start))
 	}
 	return nil
+}
+
+// recordNode records a node's results. A single result with placeholders
+// keeps them until its message is read (Placement.EachViolation); several
+// are filled now, since two may become one.
+func (r *request) recordNode(v *NodeVerdict, bc *boundConstraint, order int, res []result, pod *podView, printed *nodePrinted, hit bool, d time.Duration) {
+	if len(res) != 1 || !anyHoles(res) || r.explain {
+		b := pod.bind
+		if printed != nil && anyHoles(res) {
+			b = append(append(r.bindBuf[:0], pod.bind...), printed.bindings...)
+			r.bindBuf = b
+		}
+		r.record(v, bc, order, r.e.ph.substitute(res, b), hit, d)
+		return
+	}
+	x := res[0]
+	ren := &rendering{ph: r.e.ph, msg: x.msgText, details: x.detailsText, pod: pod.bind, node: printed}
+	if ren.msg == nil {
+		ren.msg = &text{lits: []string{x.msg}}
+	}
+	if ren.details == nil {
+		ren.details = &text{lits: []string{string(x.details)}}
+	}
+	v.Own = append(v.Own, Violation{Constraint: bc.c.key, Action: bc.c.action, Error: x.err, order: order, rendering: ren})
+}
+
+// printed gives node i's printed values for bc (remembered with its
+// class), nil when bc prints none.
+func (r *request) printed(bc *boundConstraint, i int, subst bool) *nodePrinted {
+	if !subst {
+		return nil
+	}
+	if printed, _ := r.classAux[i].(*nodePrinted); printed != nil {
+		return printed
+	}
+	_, printed := bc.project(r.slots[i].name, r.slots[i].value)
+	return printed
 }
 
 // evalNode evaluates a constraint on one node. With subst, the node's
@@ -262,19 +295,6 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	}
 	nodes := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm(key), ast.NewTerm(node))))
 	return r.evalWith(bc, r.nodeReview(pod.review, -1, key), nodes)
-}
-
-// nodeBindings adds node i's printed values (remembered with its class)
-// to the pod's, in a buffer reused for every node of the request.
-func (r *request) nodeBindings(bc *boundConstraint, i int, pod bindings) bindings {
-	printed, _ := r.classAux[i].(*nodePrinted)
-	if printed == nil {
-		_, printed = bc.project(r.slots[i].name, r.slots[i].value)
-	}
-	b := append(r.bindBuf[:0], pod...)
-	b = append(b, printed.bindings...)
-	r.bindBuf = b
-	return b
 }
 
 func (r *request) entry(bc *boundConstraint, key *ast.Array) *memoEntry {

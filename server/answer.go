@@ -94,10 +94,7 @@ func appendFailed(b []byte, nodes []failedNode) []byte {
 func appendDenyMessage(b []byte, p *opa.Placement, i int) []byte {
 	b = append(b, '"')
 	first := true
-	p.EachViolation(i, func(x *opa.Violation) {
-		if x.Action != opa.Deny {
-			return
-		}
+	p.EachViolationOf(i, opa.Deny, func(x *opa.Violation) {
 		if !first {
 			b = append(b, "; "...)
 		}

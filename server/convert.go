@@ -148,10 +148,7 @@ func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs) ([]opa.Candidate, *
 // "[<constraint name>] <msg>", with "; ".
 func denyMessage(p *opa.Placement, i int) string {
 	var b strings.Builder
-	p.EachViolation(i, func(x *opa.Violation) {
-		if x.Action != opa.Deny {
-			return
-		}
+	p.EachViolationOf(i, opa.Deny, func(x *opa.Violation) {
 		if b.Len() > 0 {
 			b.WriteString("; ")
 		}
