@@ -59,9 +59,6 @@ type Violation struct {
 	// order is the constraint's place in the policy set: violations of a
 	// node are listed in that order.
 	order int
-	// rendering: the message and details still to be filled with the
-	// node's printed values (Message and Details are empty until then).
-	rendering *rendering
 }
 
 // Candidate is a node the scheduler asks about. Without Object the node is
@@ -85,18 +82,13 @@ type PlacementRequest struct {
 	Explain bool
 }
 
-// NodeVerdict is the engine's answer for one candidate node. Its
-// Violations are those of constraints that can see the node; the verdict
-// on the node is Placement.Violations(i), which adds Placement.Common.
+// NodeVerdict is the engine's answer for one candidate node; its
+// violations are Placement.Violations(i).
 type NodeVerdict struct {
 	Name string `json:"name"`
 	// Unknown is true when the node was neither supplied nor in the
 	// inventory: no policy was evaluated for it.
 	Unknown bool `json:"unknown,omitempty"`
-	// Own are the violations of constraints that see the node, with their
-	// messages possibly not yet written: read them through
-	// Placement.EachViolation or Placement.Violations, which write them.
-	Own []Violation `json:"-"`
 	// Explain is filled only when the request asked for it.
 	Explain []ConstraintTrace `json:"explain,omitempty"`
 }
@@ -118,132 +110,6 @@ type ConstraintTrace struct {
 	// class): the path, the construct and its line.
 	Why      []string      `json:"why,omitempty"`
 	Duration time.Duration `json:"durationNanos"`
-}
-
-// Placement is the answer to a PlacementRequest.
-type Placement struct {
-	// Nodes holds one verdict per candidate, in the request's order.
-	Nodes []NodeVerdict
-	// Common holds the violations of constraints that cannot see the
-	// node: they hold on every known node, and are kept once, not per node.
-	Common []Violation
-	// MatchedWarnConstraints is W in the scoring rule: how many warn
-	// constraints match the pod (whatever the node).
-	MatchedWarnConstraints int
-	// Generation is the policy generation the answer was computed with.
-	Generation uint64
-	// Evaluations counts the Rego evaluations this answer took.
-	Evaluations int
-
-	commonDeny bool
-	commonWarn int // distinct warn constraints in Common
-}
-
-// settle computes what Common contributes to every node.
-func (p *Placement) settle() {
-	p.commonDeny, p.commonWarn = false, 0
-	var last ConstraintKey
-	for i := range p.Common {
-		x := &p.Common[i]
-		switch x.Action {
-		case Deny:
-			p.commonDeny = true
-		case Warn:
-			if i == 0 || x.Constraint != last || p.Common[i-1].Action != Warn {
-				p.commonWarn++
-			}
-		}
-		last = x.Constraint
-	}
-}
-
-// EachViolation calls f with every violation on node i, Common and the
-// node's own, in the policy set's order, messages written. Unknown nodes
-// have none.
-func (p *Placement) EachViolation(i int, f func(*Violation)) {
-	p.EachViolationOf(i, "", f)
-}
-
-// EachViolationOf is EachViolation for the violations of one action ("":
-// all); messages of the others are never written.
-func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
-	v := &p.Nodes[i]
-	if v.Unknown {
-		return
-	}
-	a, b := p.Common, v.Own
-	for len(a) > 0 || len(b) > 0 {
-		var x *Violation
-		if len(b) == 0 || (len(a) > 0 && a[0].order <= b[0].order) {
-			x, a = &a[0], a[1:]
-		} else {
-			x, b = &b[0], b[1:]
-		}
-		if action != "" && x.Action != action {
-			continue
-		}
-		if x.rendering != nil {
-			y := *x
-			y.Message, y.Details = x.rendering.render()
-			y.rendering = nil
-			f(&y)
-			continue
-		}
-		f(x)
-	}
-}
-
-// Violations lists the violations on node i (see EachViolation).
-func (p *Placement) Violations(i int) []Violation {
-	var out []Violation
-	p.EachViolation(i, func(x *Violation) { out = append(out, *x) })
-	return out
-}
-
-// Denied reports whether any deny constraint is violated on node i.
-func (p *Placement) Denied(i int) bool {
-	v := &p.Nodes[i]
-	if v.Unknown {
-		return false
-	}
-	if p.commonDeny {
-		return true
-	}
-	for _, x := range v.Own {
-		if x.Action == Deny {
-			return true
-		}
-	}
-	return false
-}
-
-// ViolatedWarnConstraints counts the distinct warn constraints violated
-// on node i.
-func (p *Placement) ViolatedWarnConstraints(i int) int {
-	v := &p.Nodes[i]
-	if v.Unknown {
-		return 0
-	}
-	n := p.commonWarn
-	for j, x := range v.Own {
-		if x.Action == Warn && (j == 0 || v.Own[j-1].Constraint != x.Constraint || v.Own[j-1].Action != Warn) {
-			n++
-		}
-	}
-	return n
-}
-
-// Score is the prioritize score of node i, 0..10: with W warn constraints
-// matching the pod and V of them violated on the node,
-// round(10 * (W - V) / W), and 10 when W = 0.
-func (p *Placement) Score(i int) int64 {
-	w := p.MatchedWarnConstraints
-	if w == 0 {
-		return 10
-	}
-	violated := min(p.ViolatedWarnConstraints(i), w)
-	// Integer rounding of 10*(w-v)/w, halves up.
-	return int64((20*(w-violated) + w) / (2 * w))
 }
 
 // ReviewRequest is a general admission-style review, as gator verify and

@@ -185,7 +185,8 @@ func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) e
 }
 
 // evalNodes judges a constraint that can see the node: once per node
-// class when memoised, with the node's own values put into the messages.
+// class when memoised. Each node's cell holds the class's results and the
+// node's printed values; messages are written when read.
 func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK bool, pod *podView) error {
 	a := bc.analysis
 	var entry *memoEntry
@@ -198,6 +199,11 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		classes = r.nodeClasses(bc, p)
 	}
 	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
+	col := column{constraint: bc.c.key, action: bc.c.action, order: order, ph: r.e.ph, pod: pod.bind, cells: make([]cell, len(r.slots))}
+	violated := false
+	// The class met last and its results: candidates of one pool often
+	// come one after the other.
+	lastClass, lastRes := -1, []result(nil)
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
@@ -212,7 +218,10 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			class = classes[i]
 		}
 		res, hit := []result(nil), false
-		if e != nil {
+		switch {
+		case e != nil && e == entry && class == lastClass:
+			res, hit = lastRes, true
+		case e != nil:
 			res, hit = e.Get(class)
 		}
 		if hit {
@@ -229,33 +238,21 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 				r.e.memo.Put(e, class, res, resultBytes(res))
 			}
 		}
-		r.recordNode(&p.Nodes[i], bc, order, res, pod, r.printed(bc, i, subst), hit, r.since(start))
+		if e != nil && e == entry {
+			lastClass, lastRes = class, res
+		}
+		if len(res) > 0 {
+			violated = true
+			col.cells[i] = cell{res: res, printed: r.printed(bc, i, subst)}
+		}
+		if r.explain {
+			p.Nodes[i].Explain = append(p.Nodes[i].Explain, r.trace(bc, r.e.ph.substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
+		}
+	}
+	if violated {
+		p.columns = append(p.columns, col)
 	}
 	return nil
-}
-
-// recordNode records a node's results. A single result with placeholders
-// keeps them until its message is read (Placement.EachViolation); several
-// are filled now, since two may become one.
-func (r *request) recordNode(v *NodeVerdict, bc *boundConstraint, order int, res []result, pod *podView, printed *nodePrinted, hit bool, d time.Duration) {
-	if len(res) != 1 || !anyHoles(res) || r.explain {
-		b := pod.bind
-		if printed != nil && anyHoles(res) {
-			b = append(append(r.bindBuf[:0], pod.bind...), printed.bindings...)
-			r.bindBuf = b
-		}
-		r.record(v, bc, order, r.e.ph.substitute(res, b), hit, d)
-		return
-	}
-	x := res[0]
-	ren := &rendering{ph: r.e.ph, msg: x.msgText, details: x.detailsText, pod: pod.bind, node: printed}
-	if ren.msg == nil {
-		ren.msg = &text{lits: []string{x.msg}}
-	}
-	if ren.details == nil {
-		ren.details = &text{lits: []string{string(x.details)}}
-	}
-	v.Own = append(v.Own, Violation{Constraint: bc.c.key, Action: bc.c.action, Error: x.err, order: order, rendering: ren})
 }
 
 // printed gives node i's printed values for bc (remembered with its
@@ -361,15 +358,6 @@ func (r *request) since(t time.Time) time.Duration {
 func (r *request) memoOK(bc *boundConstraint) bool {
 	a := bc.analysis
 	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.InventoryOther)
-}
-
-func (r *request) record(v *NodeVerdict, bc *boundConstraint, order int, res []result, hit bool, d time.Duration) {
-	for _, x := range res {
-		v.Own = append(v.Own, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
-	}
-	if r.explain {
-		v.Explain = append(v.Explain, r.trace(bc, res, hit, false, d))
-	}
 }
 
 // recordCommon records the verdict of a constraint that cannot see the

@@ -147,24 +147,6 @@ func (ph *placeholders) cut(s string) *text {
 	return t
 }
 
-// rendering is a violation's message and details kept with placeholders
-// until someone reads them: most warn messages never are.
-type rendering struct {
-	ph           *placeholders
-	msg, details *text
-	// pod and node are the values to put in (node may be nil).
-	pod  bindings
-	node *nodePrinted
-}
-
-func (x *rendering) render() (string, json.RawMessage) {
-	b := x.pod
-	if x.node != nil && len(x.node.bindings) > 0 {
-		b = append(append(bindings(nil), x.pod...), x.node.bindings...)
-	}
-	return x.ph.fill(x.msg, b, false), []byte(x.ph.fill(x.details, b, true))
-}
-
 // fill writes the text with the bound values (JSON-escaped with inJSON);
 // a placeholder b does not bind stays as it was.
 func (ph *placeholders) fill(t *text, b bindings, inJSON bool) string {

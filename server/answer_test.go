@@ -53,15 +53,15 @@ func FuzzAppendJSONString(f *testing.F) {
 
 func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	deny := func(msgs ...string) *opa.Placement {
-		v := &opa.NodeVerdict{}
+		var own []opa.Violation
 		for i, m := range msgs {
-			v.Own = append(v.Own, opa.Violation{
+			own = append(own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K", Name: []string{"one", "two\"q"}[i%2]}, Action: opa.Deny, Message: m,
 			})
 		}
 		// warn violations are not part of the deny message
-		v.Own = append(v.Own, opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: "w"}, Action: opa.Warn, Message: "prefer"})
-		return &opa.Placement{Nodes: []opa.NodeVerdict{*v}}
+		own = append(own, opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: "w"}, Action: opa.Warn, Message: "prefer"})
+		return opa.NewPlacement([]opa.NodeVerdict{{}}, [][]opa.Violation{own}, 0, 0)
 	}
 	names := []string{"a", "b"}
 	empty := []string{}

@@ -66,11 +66,13 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 	if err != nil {
 		return nil, err
 	}
-	p := &opa.Placement{MatchedWarnConstraints: 2, Generation: 7}
+	var nodes []opa.NodeVerdict
+	var all [][]opa.Violation
 	for _, c := range req.Candidates {
 		v := opa.NodeVerdict{Name: c.Name}
+		var own []opa.Violation
 		deny := func(kind, name, msg string) {
-			v.Own = append(v.Own, opa.Violation{
+			own = append(own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: kind, Name: name}, Action: opa.Deny, Message: msg})
 		}
 		switch {
@@ -83,13 +85,13 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 		case strings.HasPrefix(c.Name, "worse-"):
 			deny("K8sNoBadNodes", "no-bad-nodes", "node "+c.Name+" is bad")
 			deny("K8sZones", "zones", "wrong zone")
-			v.Own = append(v.Own, opa.Violation{
+			own = append(own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sPrefer", Name: "prefer-a"}, Action: opa.Warn, Message: "meh"})
 		case strings.HasPrefix(c.Name, "meh-"):
-			v.Own = append(v.Own, opa.Violation{
+			own = append(own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sPrefer", Name: "prefer-a"}, Action: opa.Warn, Message: "meh"})
 		case strings.HasPrefix(c.Name, "dry-"):
-			v.Own = append(v.Own, opa.Violation{
+			own = append(own, opa.Violation{
 				Constraint: opa.ConstraintKey{Kind: "K8sAudit", Name: "audit-only"}, Action: opa.DryRun, Message: "noted"})
 		}
 		if c.Object != nil {
@@ -103,12 +105,14 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 			v.Explain = []opa.ConstraintTrace{{
 				Constraint: opa.ConstraintKey{Kind: "K8sNoBadNodes", Name: "no-bad-nodes"},
 				Action:     opa.Deny,
-				Violations: messages(v.Own),
+				Violations: messages(own),
 				Duration:   1500 * time.Nanosecond,
 			}}
 		}
-		p.Nodes = append(p.Nodes, v)
+		nodes = append(nodes, v)
+		all = append(all, own)
 	}
+	p := opa.NewPlacement(nodes, all, 2, 7)
 	switch misbehave {
 	case "short":
 		if len(p.Nodes) > 0 {

@@ -3,7 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
-	"slices"
+
 	"strings"
 	"time"
 
@@ -198,37 +198,15 @@ func (m *metrics) newDecisionCount(verb string) *decisionCount {
 	return &decisionCount{m: m, verb: verb}
 }
 
-// add counts an answer's distinct (constraint, action) pairs per known
-// node: the pod-wide ones once, times the known nodes.
+// add counts an answer's (constraint, action) pairs, once per known node
+// they are violated on.
 func (d *decisionCount) add(p *opa.Placement) {
-	known := 0
-	for i := range p.Nodes {
-		if v := &p.Nodes[i]; !v.Unknown {
-			known++
-			d.addList(v.Own, 1)
-		}
-	}
-	if known > 0 {
-		d.addList(p.Common, known)
-	}
-}
-
-// addList adds times to each distinct (constraint, action) of vs.
-func (d *decisionCount) addList(vs []opa.Violation, times int) {
-	var buf [8]decisionKey // a verdict names few constraints: no allocation
-	seen := buf[:0]
-	for i := range vs {
-		x := &vs[i]
-		k := decisionKey{x.Constraint, x.Action}
-		if slices.Contains(seen, k) {
-			continue
-		}
-		seen = append(seen, k)
+	p.Decisions(func(c opa.ConstraintKey, a opa.Action, nodes int) {
 		if d.counts == nil {
 			d.counts = map[decisionKey]int{}
 		}
-		d.counts[k] += times
-	}
+		d.counts[decisionKey{c, a}] += nodes
+	})
 }
 
 func (d *decisionCount) flush() {

@@ -151,9 +151,9 @@ var libFile = regexp.MustCompile(`[a-z0-9.-]+/(lib_[0-9]+)\.rego:`)
 // engineOutcome reads one node verdict; templates maps constraint kinds to
 // template names (for errorText). rewritten counts the Error violations
 // whose text errorText changed.
-func engineOutcome(v opa.NodeVerdict, templates map[string]string) (o nodeOutcome, rewritten int, err error) {
+func engineOutcome(v nodeVerdict, templates map[string]string) (o nodeOutcome, rewritten int, err error) {
 	o = nodeOutcome{actions: map[violationKey]string{}}
-	for _, x := range v.Own {
+	for _, x := range v.Violations {
 		d, err := canonicalRaw(x.Details)
 		if err != nil {
 			return o, 0, err
@@ -233,7 +233,7 @@ type podReport struct {
 // engineVariant is one way of asking the engine.
 type engineVariant struct {
 	name string
-	eval func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error)
+	eval func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error)
 }
 
 // TestDifferential reviews generated pods on candidate nodes with the
@@ -406,9 +406,9 @@ func TestDifferential(t *testing.T) {
 	}
 
 	variants := []engineVariant{
-		{name: "single", eval: func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
+		{name: "single", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
 			// One request per candidate node, by name (nodeCacheCapable).
-			out := map[string]opa.NodeVerdict{}
+			out := map[string]nodeVerdict{}
 			for _, nn := range g.nodes {
 				m, err := evaluate(ctx, engSingle, opa.PlacementRequest{Pod: g.obj, Candidates: []opa.Candidate{{Name: nn}}})
 				if err != nil {
@@ -418,7 +418,7 @@ func TestDifferential(t *testing.T) {
 			}
 			return out, nil
 		}},
-		{name: "batch", eval: func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
+		{name: "batch", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
 			// One request with every candidate, as the scheduler asks
 			// (node classes at work); Explain lists the matched constraints.
 			req := opa.PlacementRequest{Pod: g.obj, Explain: true}
@@ -427,7 +427,7 @@ func TestDifferential(t *testing.T) {
 			}
 			return evaluate(ctx, eng, req)
 		}},
-		{name: "objects", eval: func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
+		{name: "objects", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
 			// The same with the Node objects in the request (an extender
 			// that is not nodeCacheCapable): input.nodes replaces the
 			// inventory's Nodes.
@@ -468,7 +468,7 @@ func TestDifferential(t *testing.T) {
 		}
 		close(work)
 	}()
-	engOut := make([][]map[string]opa.NodeVerdict, len(pods))
+	engOut := make([][]map[string]nodeVerdict, len(pods))
 	engErr := make([][]error, len(pods))
 	engBusy := make([]time.Duration, len(variants))
 	for i := range pods {
@@ -561,7 +561,14 @@ func variantNames(vs []engineVariant) []string {
 	return out
 }
 
-func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map[string]opa.NodeVerdict, error) {
+// nodeVerdict is one node's whole verdict, pod-wide violations included.
+type nodeVerdict struct {
+	Name       string
+	Violations []opa.Violation
+	Explain    []opa.ConstraintTrace
+}
+
+func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map[string]nodeVerdict, error) {
 	pl, err := e.Evaluate(ctx, req)
 	if err != nil {
 		return nil, err
@@ -569,7 +576,7 @@ func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map
 	if len(pl.Nodes) != len(req.Candidates) {
 		return nil, fmt.Errorf("%d verdicts for %d candidates", len(pl.Nodes), len(req.Candidates))
 	}
-	out := map[string]opa.NodeVerdict{}
+	out := map[string]nodeVerdict{}
 	for i, v := range pl.Nodes {
 		if v.Name != req.Candidates[i].Name {
 			return nil, fmt.Errorf("verdict %d is for %s, want %s", i, v.Name, req.Candidates[i].Name)
@@ -577,8 +584,7 @@ func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map
 		if v.Unknown {
 			return nil, fmt.Errorf("node %s unknown to the engine", v.Name)
 		}
-		v.Own = pl.Violations(i) // the node's whole verdict, pod-wide violations included
-		out[v.Name] = v
+		out[v.Name] = nodeVerdict{Name: v.Name, Violations: pl.Violations(i), Explain: v.Explain}
 	}
 	return out, nil
 }
@@ -595,7 +601,7 @@ type compareEnv struct {
 
 // compare checks one pod: the peer's outcome per candidate node against
 // each engine variant's verdicts.
-func (env *compareEnv) compare(g *generatedPod, peerOut []nodeOutcome, engOut []map[string]opa.NodeVerdict, engErr []error) podReport {
+func (env *compareEnv) compare(g *generatedPod, peerOut []nodeOutcome, engOut []map[string]nodeVerdict, engErr []error) podReport {
 	rep := podReport{intended: map[string]int{}}
 	fail := func(node, variant, text string, kinds ...string) {
 		rep.diffs = append(rep.diffs, difference{node: node, variant: variant, text: text, kinds: kinds})

@@ -228,9 +228,9 @@ type rawViolation struct {
 	Error                            bool
 }
 
-func rawViolations(v opa.NodeVerdict) []rawViolation {
-	out := make([]rawViolation, 0, len(v.Own))
-	for _, x := range v.Own {
+func rawViolations(v nodeVerdict) []rawViolation {
+	out := make([]rawViolation, 0, len(v.Violations))
+	for _, x := range v.Violations {
 		out = append(out, rawViolation{x.Constraint.Kind, x.Constraint.Name, string(x.Action), x.Message, string(x.Details), x.Error})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -373,9 +373,9 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 		before[i], _ = json.Marshal(pods[i].obj)
 	}
 
-	single := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]opa.NodeVerdict, error) {
-		return func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
-			out := map[string]opa.NodeVerdict{}
+	single := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]nodeVerdict, error) {
+		return func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
+			out := map[string]nodeVerdict{}
 			for _, nn := range g.nodes {
 				m, err := evaluate(ctx, e, opa.PlacementRequest{Pod: g.obj, Candidates: []opa.Candidate{{Name: nn}}})
 				if err != nil {
@@ -386,8 +386,8 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 			return out, nil
 		}
 	}
-	batch := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]opa.NodeVerdict, error) {
-		return func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
+	batch := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]nodeVerdict, error) {
+		return func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
 			req := opa.PlacementRequest{Pod: g.obj, Explain: true}
 			for _, nn := range g.nodes {
 				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn})
@@ -395,8 +395,8 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 			return evaluate(ctx, e, req)
 		}
 	}
-	objects := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]opa.NodeVerdict, error) {
-		return func(ctx context.Context, g *generatedPod) (map[string]opa.NodeVerdict, error) {
+	objects := func(e *opa.Engine) func(context.Context, *generatedPod) (map[string]nodeVerdict, error) {
+		return func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
 			req := opa.PlacementRequest{Pod: g.obj}
 			for _, nn := range g.nodes {
 				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn, Object: nodeObj[nn]})
@@ -445,7 +445,7 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 		}
 		close(work)
 	}()
-	engOut := make([][]map[string]opa.NodeVerdict, len(pods))
+	engOut := make([][]map[string]nodeVerdict, len(pods))
 	engErr := make([][]error, len(pods))
 	for i := range pods {
 		for _, v := range variants {

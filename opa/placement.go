@@ -1,0 +1,230 @@
+package opa
+
+// Placement is the answer to a PlacementRequest.
+//
+// It keeps verdicts the way they were computed, not copied per node: the
+// violations of constraints that cannot see the node once (Common), and
+// for each constraint that can, one column with, per node, the memo's
+// result for the node's class and the node's printed values. Messages are
+// written when they are read (EachViolation): most warn messages, and the
+// messages of nodes nobody asks about, never are.
+type Placement struct {
+	// Nodes holds one verdict per candidate, in the request's order.
+	Nodes []NodeVerdict
+	// Common holds the violations of constraints that cannot see the
+	// node: they hold on every known node, and are kept once, not per node.
+	Common []Violation
+	// MatchedWarnConstraints is W in the scoring rule: how many warn
+	// constraints match the pod (whatever the node).
+	MatchedWarnConstraints int
+	// Generation is the policy generation the answer was computed with.
+	Generation uint64
+	// Evaluations counts the Rego evaluations this answer took.
+	Evaluations int
+
+	columns    []column
+	commonDeny bool
+	commonWarn int // distinct warn constraints in Common
+}
+
+// column is one node-reading constraint's verdicts, one cell per node.
+type column struct {
+	constraint ConstraintKey
+	action     Action
+	order      int
+	ph         *placeholders
+	// pod are the pod's printed values, for every cell.
+	pod   bindings
+	cells []cell
+}
+
+// cell is a node's verdict from one constraint: the results as evaluated
+// (placeholders possibly) and the node's printed values.
+type cell struct {
+	res     []result
+	printed *nodePrinted
+}
+
+// bindingsOf are the values to put into node i's results.
+func (c *column) bindingsOf(i int) bindings {
+	if pr := c.cells[i].printed; pr != nil && len(pr.bindings) > 0 {
+		return append(append(bindings(nil), c.pod...), pr.bindings...)
+	}
+	return c.pod
+}
+
+func (c *column) violations(i int, f func(*Violation)) {
+	res := c.cells[i].res
+	if anyHoles(res) {
+		res = c.ph.substitute(res, c.bindingsOf(i))
+	}
+	for _, x := range res {
+		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.msg, Details: x.details, Error: x.err, order: c.order}
+		f(&v)
+	}
+}
+
+// settle computes what Common contributes to every node.
+func (p *Placement) settle() {
+	p.commonDeny, p.commonWarn = false, 0
+	var last ConstraintKey
+	for i := range p.Common {
+		x := &p.Common[i]
+		switch x.Action {
+		case Deny:
+			p.commonDeny = true
+		case Warn:
+			if i == 0 || x.Constraint != last || p.Common[i-1].Action != Warn {
+				p.commonWarn++
+			}
+		}
+		last = x.Constraint
+	}
+}
+
+// EachViolation calls f with every violation on node i, Common's and the
+// node-reading constraints', in the policy set's order, messages written.
+// Unknown nodes have none.
+func (p *Placement) EachViolation(i int, f func(*Violation)) {
+	p.EachViolationOf(i, "", f)
+}
+
+// EachViolationOf is EachViolation for the violations of one action ("":
+// all); messages of the others are never written.
+func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
+	if p.Nodes[i].Unknown {
+		return
+	}
+	common, cols := p.Common, p.columns
+	for len(common) > 0 || len(cols) > 0 {
+		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
+			if action == "" || common[0].Action == action {
+				f(&common[0])
+			}
+			common = common[1:]
+			continue
+		}
+		if c := &cols[0]; (action == "" || c.action == action) && len(c.cells[i].res) > 0 {
+			c.violations(i, f)
+		}
+		cols = cols[1:]
+	}
+}
+
+// Violations lists the violations on node i (see EachViolation).
+func (p *Placement) Violations(i int) []Violation {
+	var out []Violation
+	p.EachViolation(i, func(x *Violation) { out = append(out, *x) })
+	return out
+}
+
+// Denied reports whether any deny constraint is violated on node i.
+func (p *Placement) Denied(i int) bool {
+	if p.Nodes[i].Unknown {
+		return false
+	}
+	if p.commonDeny {
+		return true
+	}
+	for c := range p.columns {
+		if col := &p.columns[c]; col.action == Deny && len(col.cells[i].res) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ViolatedWarnConstraints counts the distinct warn constraints violated
+// on node i.
+func (p *Placement) ViolatedWarnConstraints(i int) int {
+	if p.Nodes[i].Unknown {
+		return 0
+	}
+	n := p.commonWarn
+	for c := range p.columns {
+		if col := &p.columns[c]; col.action == Warn && len(col.cells[i].res) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Decisions calls f once per (constraint, action) violated on some known
+// node, with the number of known nodes it is violated on (a constraint
+// violated several times on one node counts once).
+func (p *Placement) Decisions(f func(c ConstraintKey, a Action, nodes int)) {
+	known := 0
+	for i := range p.Nodes {
+		if !p.Nodes[i].Unknown {
+			known++
+		}
+	}
+	if known == 0 {
+		return
+	}
+	for i := range p.Common {
+		x := &p.Common[i]
+		if i > 0 && p.Common[i-1].Constraint == x.Constraint && p.Common[i-1].Action == x.Action {
+			continue
+		}
+		f(x.Constraint, x.Action, known)
+	}
+	for c := range p.columns {
+		col := &p.columns[c]
+		n := 0
+		for i := range col.cells {
+			if len(col.cells[i].res) > 0 {
+				n++
+			}
+		}
+		if n > 0 {
+			f(col.constraint, col.action, n)
+		}
+	}
+}
+
+// Score is the prioritize score of node i, 0..10: with W warn constraints
+// matching the pod and V of them violated on the node,
+// round(10 * (W - V) / W), and 10 when W = 0.
+func (p *Placement) Score(i int) int64 {
+	w := p.MatchedWarnConstraints
+	if w == 0 {
+		return 10
+	}
+	violated := min(p.ViolatedWarnConstraints(i), w)
+	// Integer rounding of 10*(w-v)/w, halves up.
+	return int64((20*(w-violated) + w) / (2 * w))
+}
+
+
+// NewPlacement builds a Placement from each node's violations, for
+// Policy implementations other than the Engine (adapters, test fakes).
+// Violations of one constraint and action are kept together, constraints
+// in the order they first appear.
+func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int, generation uint64) *Placement {
+	p := &Placement{Nodes: nodes, MatchedWarnConstraints: matchedWarn, Generation: generation}
+	type colKey struct {
+		c ConstraintKey
+		a Action
+	}
+	index := map[colKey]int{}
+	for i, vs := range violations {
+		for _, v := range vs {
+			k := colKey{v.Constraint, v.Action}
+			c, ok := index[k]
+			if !ok {
+				c = len(p.columns)
+				index[k] = c
+				p.columns = append(p.columns, column{constraint: v.Constraint, action: v.Action, order: c, cells: make([]cell, len(nodes))})
+			}
+			cl := &p.columns[c].cells[i]
+			cl.res = append(cl.res, result{msg: v.Message, details: v.Details, err: v.Error})
+		}
+	}
+	for c := range p.columns {
+		for i := range p.columns[c].cells {
+			sortResults(p.columns[c].cells[i].res)
+		}
+	}
+	return p
+}
