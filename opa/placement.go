@@ -196,7 +196,6 @@ func (p *Placement) Score(i int) int64 {
 	return int64((20*(w-violated) + w) / (2 * w))
 }
 
-
 // NewPlacement builds a Placement from each node's violations, for
 // Policy implementations other than the Engine (adapters, test fakes).
 // Violations of one constraint and action are kept together, constraints

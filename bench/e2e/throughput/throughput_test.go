@@ -183,8 +183,9 @@ func TestSchedulerThroughput(t *testing.T) {
 			before := engine.Stats()
 			runStart := time.Now()
 			sched := c.StartScheduler(t, opts)
-			first, last, n := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
+			first, last, bound := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
 			sched.Stop()
+			n := len(bound)
 			after := engine.Stats()
 			r := result{PolicySet: set, Setup: s.name, QPS: qps.name, Pods: n, Seconds: last.Sub(first).Seconds()}
 			if n > 1 && r.Seconds > 0 {
@@ -194,6 +195,15 @@ func TestSchedulerThroughput(t *testing.T) {
 			if len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL {
 				r.Engine = delta(before, after)
 				evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
+			}
+			if set == setRealistic {
+				// Where the pods went: with the service, none may be where
+				// a deny placement constraint forbids it.
+				pl, off := placementSummary(bound)
+				t.Logf("[%s] %s, qps %s: pods per pool %v; %d pods where a deny placement constraint forbids them", set, s.name, qps.name, pl, off)
+				if len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL && off > 0 {
+					t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qps.name, off)
+				}
 			}
 			results = append(results, r)
 			t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qps.name, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
@@ -235,10 +245,11 @@ func TestSchedulerThroughput(t *testing.T) {
 
 // waitBound follows the pods' watch (re-opened from the last resource
 // version when the API server closes it) until want of them are bound,
-// and returns the times of the first and last binding seen.
-func waitBound(t *testing.T, c *cluster.Cluster, ns, rv string, want int, timeout time.Duration) (first, last time.Time, n int) {
+// and returns the times of the first and last binding seen and the node
+// of each pod bound.
+func waitBound(t *testing.T, c *cluster.Cluster, ns, rv string, want int, timeout time.Duration) (first, last time.Time, bound map[string]string) {
 	t.Helper()
-	bound := map[string]bool{}
+	bound = map[string]string{}
 	deadline := time.After(timeout)
 	var w watch.Interface
 	defer func() {
@@ -264,7 +275,7 @@ func waitBound(t *testing.T, c *cluster.Cluster, ns, rv string, want int, timeou
 				continue
 			}
 			rv = p.ResourceVersion
-			if p.Spec.NodeName == "" || bound[p.Name] {
+			if _, seen := bound[p.Name]; p.Spec.NodeName == "" || seen {
 				continue
 			}
 			now := time.Now()
@@ -272,12 +283,12 @@ func waitBound(t *testing.T, c *cluster.Cluster, ns, rv string, want int, timeou
 				first = now
 			}
 			last = now
-			bound[p.Name] = true
+			bound[p.Name] = p.Spec.NodeName
 		case <-deadline:
-			return first, last, len(bound)
+			return first, last, bound
 		}
 	}
-	return first, last, len(bound)
+	return first, last, bound
 }
 
 // startService starts the service on the cluster and waits until it is
