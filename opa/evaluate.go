@@ -201,9 +201,9 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
 	col := column{constraint: bc.c.key, action: bc.c.action, order: order, ph: r.e.ph, pod: pod.bind, cells: make([]cell, len(r.slots))}
 	violated := false
-	// The class met last and its results: candidates of one pool often
-	// come one after the other.
-	lastClass, lastRes := -1, []result(nil)
+	// The classes met so far and their results: a request's candidates
+	// fall into a few classes, found here without the memo's locks.
+	var seen classCache
 	for i := range r.slots {
 		if p.Nodes[i].Unknown {
 			continue
@@ -219,8 +219,10 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		}
 		res, hit := []result(nil), false
 		switch {
-		case e != nil && e == entry && class == lastClass:
-			res, hit = lastRes, true
+		case e != nil && e == entry:
+			if res, hit = seen.get(class); !hit {
+				res, hit = e.Get(class)
+			}
 		case e != nil:
 			res, hit = e.Get(class)
 		}
@@ -239,7 +241,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			}
 		}
 		if e != nil && e == entry {
-			lastClass, lastRes = class, res
+			seen.put(class, res)
 		}
 		if len(res) > 0 {
 			violated = true
@@ -253,6 +255,31 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		p.columns = append(p.columns, col)
 	}
 	return nil
+}
+
+// classCache holds the results of the first few classes of one
+// constraint met in a request.
+type classCache struct {
+	n       int
+	classes [16]int
+	res     [16][]result
+}
+
+func (c *classCache) get(class int) ([]result, bool) {
+	for k := 0; k < c.n; k++ {
+		if c.classes[k] == class {
+			return c.res[k], true
+		}
+	}
+	return nil, false
+}
+
+func (c *classCache) put(class int, res []result) {
+	if _, ok := c.get(class); ok || c.n == len(c.classes) {
+		return
+	}
+	c.classes[c.n], c.res[c.n] = class, res
+	c.n++
 }
 
 // printed gives node i's printed values for bc (remembered with its
