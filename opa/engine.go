@@ -63,6 +63,7 @@ type Engine struct {
 	snap atomic.Pointer[snapshot]
 	// memo holds verdicts for every constraint, each under its owner id.
 	memo   *memo.Memo[[]result]
+	names  *memo.Names
 	ph     *placeholders
 	owners atomic.Uint64
 
@@ -191,6 +192,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		memo:        memo.New[[]result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
 		ph:          newPlaceholders(),
+		names:       memo.NewNames(maxNodeClasses),
 		opts:        opts,
 		log:         opts.Logger,
 		templates:   map[string]*templateState{},

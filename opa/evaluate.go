@@ -151,8 +151,9 @@ type request struct {
 	classIDs   []int
 	classAux   []any
 	bindBuf    bindings
-	slotNames  []string
 	slotValues []ast.Value
+	slotNums   []int32 // the slots' numbers in the engine's Names
+	numGen     uint64
 	// counters, added to the engine's once per request
 	hits, misses, evals uint64
 }
@@ -341,12 +342,14 @@ func (r *request) addStats() {
 // pass under one read lock for the inventory nodes already classified.
 func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
 	n := len(r.slots)
-	if r.slotNames == nil {
-		r.slotNames = make([]string, n)
+	if r.slotValues == nil {
+		names := make([]string, n)
 		r.slotValues = make([]ast.Value, n)
 		for i, s := range r.slots {
-			r.slotNames[i], r.slotValues[i] = s.name, s.value
+			names[i], r.slotValues[i] = s.name, s.value
 		}
+		r.slotNums = make([]int32, n)
+		r.numGen = r.e.names.IDs(names, r.slotNums)
 	}
 	if cap(r.classIDs) < n {
 		r.classIDs = make([]int, n)
@@ -357,11 +360,11 @@ func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
 	}
 	aux := r.classAux[:n]
 	remember := func(i int) bool { return !r.slots[i].fromRequest }
-	bc.classes.Known(r.slotNames, r.slotValues, remember, ids, aux)
+	bc.classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)
 	for i := range r.slots {
 		if ids[i] == 0 && !p.Nodes[i].Unknown {
 			s := &r.slots[i]
-			ids[i], aux[i] = bc.classes.Of(s.name, s.value, !s.fromRequest, func() (*ast.Array, any) { return bc.project(s.name, s.value) })
+			ids[i], aux[i] = bc.classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return bc.project(s.name, s.value) })
 		}
 	}
 	return ids

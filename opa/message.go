@@ -147,9 +147,9 @@ func (ph *placeholders) cut(s string) *text {
 	return t
 }
 
-// fill writes the text with the bound values (JSON-escaped with inJSON);
-// a placeholder b does not bind stays as it was.
-func (ph *placeholders) fill(t *text, b bindings, inJSON bool) string {
+// fill writes the text with the values bound in b or b2 (JSON-escaped
+// with inJSON); a placeholder neither binds stays as it was.
+func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
 	n := 0
 	for _, l := range t.lits {
 		n += len(l)
@@ -165,6 +165,9 @@ func (ph *placeholders) fill(t *text, b bindings, inJSON bool) string {
 			continue
 		}
 		x, ok := b.lookup(t.holes[k])
+		if !ok {
+			x, ok = b2.lookup(t.holes[k])
+		}
 		switch {
 		case !ok:
 			sb.WriteString(ph.text(t.holes[k]))
@@ -187,11 +190,11 @@ func (ph *placeholders) substitute(res []result, b bindings) []result {
 	out := make([]result, len(res))
 	for i, x := range res {
 		if x.msgText != nil {
-			x.msg = ph.fill(x.msgText, b, false)
+			x.msg = ph.fill(x.msgText, b, nil, false)
 			x.msgText = nil
 		}
 		if x.detailsText != nil {
-			x.details = []byte(ph.fill(x.detailsText, b, true))
+			x.details = []byte(ph.fill(x.detailsText, b, nil, true))
 			x.detailsText = nil
 		}
 		out[i] = x

@@ -55,6 +55,23 @@ func (c *column) bindingsOf(i int) bindings {
 
 func (c *column) violations(i int, f func(*Violation)) {
 	res := c.cells[i].res
+	if len(res) == 1 {
+		// One result: filled straight from the pod's and the node's values.
+		x := &res[0]
+		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.msg, Details: x.details, Error: x.err, order: c.order}
+		var node bindings
+		if pr := c.cells[i].printed; pr != nil {
+			node = pr.bindings
+		}
+		if x.msgText != nil {
+			v.Message = c.ph.fill(x.msgText, c.pod, node, false)
+		}
+		if x.detailsText != nil {
+			v.Details = []byte(c.ph.fill(x.detailsText, c.pod, node, true))
+		}
+		f(&v)
+		return
+	}
 	if anyHoles(res) {
 		res = c.ph.substitute(res, c.bindingsOf(i))
 	}

@@ -61,31 +61,55 @@ func TestMemoOwnersAreApart(t *testing.T) {
 }
 
 func TestClassesKeepOneValuePerName(t *testing.T) {
+	names := NewNames(1 << 10)
+	nums := make([]int32, 2)
+	gen := names.IDs([]string{"n1", "n2"}, nums)
 	c := NewClasses(1 << 10)
 	proj := func(s string) func() (*ast.Array, any) {
 		return func() (*ast.Array, any) { return ast.NewArray(ast.StringTerm(s)), s }
 	}
 	first := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(1)))
-	id, _ := c.Of("n1", first, true, proj("pool-a"))
+	id, _ := c.Of(gen, nums[0], first, true, proj("pool-a"))
 	for i := range 100 {
 		// Each status update is a new value: the table holds the newest.
 		v := ast.NewObject(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(i+2)))
-		if got, aux := c.Of("n1", v, true, proj("pool-a")); got != id || aux != "pool-a" {
+		if got, aux := c.Of(gen, nums[0], v, true, proj("pool-a")); got != id || aux != "pool-a" {
 			t.Fatalf("update %d changed the class %d -> %d", i, id, got)
 		}
 	}
 	if c.Len() != 1 {
-		t.Errorf("%d names remembered, want 1", c.Len())
+		t.Errorf("%d nodes remembered, want 1", c.Len())
 	}
-	if got, _ := c.Of("n2", first, false, proj("pool-b")); got == id {
+	if got, _ := c.Of(gen, nums[1], first, false, proj("pool-b")); got == id {
 		t.Error("another projection got the same class")
 	}
 	if c.Len() != 1 {
 		t.Error("a request node was remembered")
 	}
 	ids := make([]int, 1)
-	c.Known([]string{"n1"}, []ast.Value{first}, func(int) bool { return true }, ids, make([]any, 1))
+	c.Known(gen, nums[:1], []ast.Value{first}, func(int) bool { return true }, ids, make([]any, 1))
 	if ids[0] != 0 {
 		t.Error("a replaced value is still known")
+	}
+}
+
+func TestNamesStartOver(t *testing.T) {
+	n := NewNames(4)
+	out := make([]int32, 3)
+	g1 := n.IDs([]string{"a", "b", "c"}, out)
+	if out[0] == out[1] || out[1] == out[2] {
+		t.Fatalf("numbers %v are not distinct", out)
+	}
+	g2 := n.IDs([]string{"d", "e", "f"}, out)
+	if g2 == g1 {
+		t.Error("a numbering past its bound kept its generation")
+	}
+	c := NewClasses(16)
+	v := ast.NewObject()
+	c.Of(g1, 0, v, true, func() (*ast.Array, any) { return ast.NewArray(), nil })
+	ids := []int{0}
+	c.Known(g2, []int32{0}, []ast.Value{v}, func(int) bool { return true }, ids, make([]any, 1))
+	if ids[0] != 0 {
+		t.Error("a class remembered under the old numbering was found under the new one")
 	}
 }
