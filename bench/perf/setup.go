@@ -113,6 +113,18 @@ func DenyConstraints(e *opa.Engine) map[string]bool {
 	return out
 }
 
+// ActiveConstraints are the constraints in force at this enforcement
+// point, whatever their action ("kind/name").
+func ActiveConstraints(e *opa.Engine) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range e.Status().Constraints {
+		if c.Active && c.Action != "" {
+			out[c.Kind+"/"+c.Name] = true
+		}
+	}
+	return out
+}
+
 // ServerView is the pod as the server hands it to the engine: decoded into
 // a v1.Pod (as the extender's wire type holds it) and converted back to
 // unstructured content with apiVersion v1 and kind Pod. Give the peer this

@@ -51,6 +51,7 @@ type flags struct {
 	peer        bool
 	peerNodes   []int
 	peerPods    int
+	peerAll     bool
 	footprint   bool
 	// footprintSets are the policy sets bench/cmd/footprint measures.
 	footprintSets []string
@@ -83,6 +84,7 @@ func parseFlags() (*flags, error) {
 	fs.BoolVar(&f.peer, "peer", true, "also time the same work through Gatekeeper's constraint framework")
 	fs.StringVar(&peerNodes, "peer-nodes", "100,500", "candidate node counts of the framework comparison")
 	fs.IntVar(&f.peerPods, "peer-pods", 3, "pods reviewed by the framework per node count (the last one is a one-off pod)")
+	fs.BoolVar(&f.peerAll, "peer-all", true, "the framework reviews every constraint, as the engine does (false: only the deny ones, whose verdicts are compared)")
 	fs.BoolVar(&f.footprint, "footprint", true, `also measure the memory of separate processes that link only the engine and the server (bench/cmd/footprint, built with go build; run loadgen from bench/), with the largest -nodes count: see -footprint-sets`)
 	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")

@@ -36,12 +36,18 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 		n = max(n, x)
 	}
 	deny := perf.DenyConstraints(e.engine)
+	keep := deny
+	if f.peerAll {
+		// The same work as the engine's: every constraint reviewed; the
+		// verdicts compared are the deny constraints'.
+		keep = perf.ActiveConstraints(e.engine)
+	}
 	start := time.Now()
-	p, loaded, err := peerset.Load(e.policies, deny, append(perf.Namespaces(), f.nodeSize.Nodes(n)...))
+	p, loaded, err := peerset.Load(e.policies, keep, append(perf.Namespaces(), f.nodeSize.Nodes(n)...))
 	if err != nil {
 		return nil, err
 	}
-	logf("framework loaded with %d deny constraints and %d nodes in %.1fs", loaded, n, time.Since(start).Seconds())
+	logf("framework loaded with %d constraints (%d deny) and %d nodes in %.1fs", loaded, len(deny), n, time.Since(start).Seconds())
 	user := perf.SchedulerUserInfo()
 	pods := peerPods(f.seed, f.peerPods)
 	var out []PeerResult
@@ -78,10 +84,11 @@ func comparePeer(ctx context.Context, f *flags, e *env, c *client, scenarios []S
 					denied[name] = true
 					continue
 				}
-				if len(res) > 0 {
-					denied[name] = true
-				}
 				for _, x := range res {
+					if !deny[x.ConstraintKind+"/"+x.ConstraintName] {
+						continue // warn or dryrun at this enforcement point
+					}
+					denied[name] = true
 					messages[name] = append(messages[name], "["+x.ConstraintName+"] "+x.Msg)
 				}
 			}

@@ -144,7 +144,7 @@ type Scenario struct {
 // one node count.
 type PeerResult struct {
 	Nodes       int       `json:"nodes"`
-	Constraints int       `json:"constraints"` // deny constraints loaded into the framework
+	Constraints int       `json:"constraints"` // constraints loaded into the framework
 	Pods        []PeerPod `json:"pods"`
 	// PeerMsPerPod is the framework's mean time per pod: one
 	// ReviewPodOnNode per candidate node, one after the other.
@@ -268,7 +268,7 @@ func printMarkdown(w io.Writer, r *Report) {
 			if p.EngineFilterMeanMs > 0 {
 				mean, ratio = fmt.Sprintf("%.3f", p.EngineFilterMeanMs), fmt.Sprintf("1/%.0f", p.Speedup)
 			}
-			fmt.Fprintf(w, "| %d deny constraints | %d | %d | %.1f | %s | %s | %.3f | %.0fx | %v |\n",
+			fmt.Fprintf(w, "| %d constraints | %d | %d | %.1f | %s | %s | %.3f | %.0fx | %v |\n",
 				p.Constraints, p.Nodes, len(p.Pods), p.PeerMsPerPod, mean, ratio, p.SamePodsEngineMs, p.SamePodsSpeedup, p.Agree)
 		}
 		fmt.Fprintln(w)

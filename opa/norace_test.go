@@ -1,0 +1,5 @@
+//go:build !race
+
+package opa_test
+
+const raceEnabled = false
