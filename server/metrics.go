@@ -44,6 +44,9 @@ type metrics struct {
 	rejectedV  *prometheus.CounterVec
 	evaluatedV *prometheus.CounterVec
 	panics     prometheus.Counter
+	// bodyBytes and bodyRefusals watch the request-body budget.
+	bodyBytes    prometheus.Gauge
+	bodyRefusals prometheus.Counter
 	// evalsPer is the Rego evaluations one answer took.
 	evalsPer *prometheus.HistogramVec
 	evalsBy  map[string]prometheus.Observer
@@ -88,7 +91,17 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 			Help:      "Rego evaluations one call took, by verb (the rest came from the memo or were pod-wide).",
 			Buckets:   []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 		}, []string{"verb"}),
-		evalsBy:     map[string]prometheus.Observer{},
+		evalsBy: map[string]prometheus.Observer{},
+		bodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace,
+			Name:      "request_body_bytes_in_flight",
+			Help:      "Request-body bytes reserved by requests being handled (see --max-inflight-body-bytes).",
+		}),
+		bodyRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace,
+			Name:      "requests_refused_total",
+			Help:      "Requests answered 429 because their body did not fit the in-flight budget in time.",
+		}),
 		durationBy:  map[string]map[string]prometheus.Observer{},
 		rejectedBy:  map[string]map[string]prometheus.Counter{},
 		evaluatedBy: map[string]prometheus.Counter{},
@@ -116,7 +129,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 	}
 
 	for _, c := range []prometheus.Collector{
-		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, info,
+		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, info,
 		newPolicyCollector(policy),
 	} {
 		if err := reg.Register(c); err != nil {

@@ -95,6 +95,17 @@ type Options struct {
 	// Node objects; see there).
 	MaxBodyBytes int64
 
+	// MaxInFlightBodyBytes is the budget of request-body bytes being
+	// handled at once: a request that does not fit waits up to BodyWait,
+	// then gets HTTP 429 with Retry-After (the scheduler retries the pod).
+	// Zero means a quarter of the process's memory limit (GOMEMLIMIT), at
+	// least MaxBodyBytes, or 4 x MaxBodyBytes without a limit. It may not be
+	// below MaxBodyBytes.
+	MaxInFlightBodyBytes int64
+	// BodyWait is how long a request waits for room in that budget. Zero
+	// means DefaultBodyWait (1s).
+	BodyWait time.Duration
+
 	// DisableDebug turns off /debug/policies and /debug/explain, which are
 	// on by default. (A bool whose zero value means "on" cannot be named
 	// EnableDebug in an options struct whose zero value is the default.)

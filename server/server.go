@@ -32,6 +32,8 @@ type Server struct {
 	registry         *prometheus.Registry
 	requestTimeout   time.Duration
 	maxBodyBytes     int64
+	bodies           *bodyBudget
+	bodyWait         time.Duration
 	debug            bool
 	pprof            bool
 	enforcementPoint string
@@ -59,6 +61,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("server: Options.MaxBodyBytes is negative (%d)", opts.MaxBodyBytes)
 	}
+	if opts.MaxInFlightBodyBytes < 0 || opts.BodyWait < 0 {
+		return nil, fmt.Errorf("server: Options.MaxInFlightBodyBytes (%d) and BodyWait (%v) must not be negative", opts.MaxInFlightBodyBytes, opts.BodyWait)
+	}
 	s := &Server{
 		policy:           opts.Policy,
 		binder:           opts.Binder,
@@ -66,6 +71,7 @@ func New(opts Options) (*Server, error) {
 		registry:         opts.Registry,
 		requestTimeout:   opts.RequestTimeout,
 		maxBodyBytes:     opts.MaxBodyBytes,
+		bodyWait:         opts.BodyWait,
 		debug:            !opts.DisableDebug,
 		pprof:            opts.EnablePprof,
 		enforcementPoint: opts.EnforcementPoint,
@@ -83,6 +89,17 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.maxBodyBytes == 0 {
 		s.maxBodyBytes = DefaultMaxBodyBytes
+	}
+	budget := opts.MaxInFlightBodyBytes
+	if budget == 0 {
+		budget = defaultBodyBudget(s.maxBodyBytes)
+	}
+	if budget < s.maxBodyBytes {
+		return nil, fmt.Errorf("server: Options.MaxInFlightBodyBytes (%d) is below MaxBodyBytes (%d): the largest request could never be served", budget, s.maxBodyBytes)
+	}
+	s.bodies = newBodyBudget(budget)
+	if s.bodyWait == 0 {
+		s.bodyWait = DefaultBodyWait
 	}
 	if s.enforcementPoint == "" {
 		s.enforcementPoint = opa.DefaultEnforcementPoint
@@ -136,7 +153,7 @@ func (s *Server) routes() http.Handler {
 	))
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireClientCert)
+		r.Use(s.requireClientCert, s.limitBodies)
 		s.protectedRoutes(r)
 	})
 	return r

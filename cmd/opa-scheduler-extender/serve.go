@@ -39,6 +39,8 @@ type serveFlags struct {
 	enforcementPoint              string
 	requestTimeout, bindTimeout   time.Duration
 	maxBodyBytes                  int64
+	maxInFlightBodyBytes          int64
+	bodyWait                      time.Duration
 	disableDebug, enablePprof     bool
 	syncKinds                     []string
 	ignoreGatekeeperConfig        bool
@@ -62,6 +64,8 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline for one scheduler request, passed into policy evaluation; keep it below the extender's httpTimeout in KubeSchedulerConfiguration (default 5s)")
 	fs.DurationVar(&f.bindTimeout, "bind-timeout", 5*time.Second, "timeout of each API call made to bind a pod")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (the default fits 5000 full Node objects)")
+	fs.Int64Var(&f.maxInFlightBodyBytes, "max-inflight-body-bytes", 0, "request-body bytes handled at once; more waits --body-wait, then gets 429 (0: a quarter of GOMEMLIMIT, at least --max-body-bytes; 4 x --max-body-bytes without a limit)")
+	fs.DurationVar(&f.bodyWait, "body-wait", server.DefaultBodyWait, "how long a request waits for room in --max-inflight-body-bytes before it gets 429")
 	fs.BoolVar(&f.disableDebug, "disable-debug-endpoints", false, "turn off /debug/policies and /debug/explain")
 	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/")
 	fs.StringSliceVar(&f.syncKinds, "sync-kind", nil, "further inventory kind to sync from the cluster, as group/version/Kind (core: v1/Kind), repeatable; Nodes and Namespaces are always synced")
@@ -189,13 +193,15 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	defer engine.Close(context.Background())
 
 	sopts := server.Options{
-		Policy:           engine,
-		Logger:           log.With("component", "server"),
-		RequestTimeout:   f.requestTimeout,
-		MaxBodyBytes:     f.maxBodyBytes,
-		DisableDebug:     f.disableDebug,
-		EnablePprof:      f.enablePprof,
-		EnforcementPoint: f.enforcementPoint,
+		Policy:               engine,
+		Logger:               log.With("component", "server"),
+		RequestTimeout:       f.requestTimeout,
+		MaxBodyBytes:         f.maxBodyBytes,
+		MaxInFlightBodyBytes: f.maxInFlightBodyBytes,
+		BodyWait:             f.bodyWait,
+		DisableDebug:         f.disableDebug,
+		EnablePprof:          f.enablePprof,
+		EnforcementPoint:     f.enforcementPoint,
 	}
 	var debugSources []func() any
 	if f.policyDir != "" {
