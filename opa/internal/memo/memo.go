@@ -38,7 +38,7 @@ type Options struct {
 type Memo[R any] struct {
 	opts Options
 
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	cur, prev *generation[R]
 	rotations atomic.Uint64
 }
@@ -87,6 +87,12 @@ func hashOf(owner uint64, key *ast.Array) uint64 {
 // key's size (see Size).
 func (m *Memo[R]) Entry(owner uint64, key *ast.Array, keyBytes int) *Entry[R] {
 	h := hashOf(owner, key)
+	m.mu.RLock()
+	e := m.cur.find(h, owner, key)
+	m.mu.RUnlock()
+	if e != nil {
+		return e
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.cur.find(h, owner, key); e != nil {
@@ -99,7 +105,7 @@ func (m *Memo[R]) Entry(owner uint64, key *ast.Array, keyBytes int) *Entry[R] {
 		m.adopt(e)
 		return e
 	}
-	e := &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(keyBytes) + entryOverhead}
+	e = &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(keyBytes) + entryOverhead}
 	m.adopt(e)
 	return e
 }
