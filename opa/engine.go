@@ -74,6 +74,10 @@ type Engine struct {
 	invCounts   map[string]int
 	invGen      uint64
 	generation  uint64
+	// nodesRaw holds every inventory Node whole, as JSON; view is what the
+	// store keeps of them (nodeview.go).
+	nodesRaw map[string][]byte
+	view     nodeView
 	// pending is the snapshot a commit is about to install, picked up by
 	// the SDK manager's compiler trigger.
 	pending *snapshot
@@ -198,6 +202,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		templates:   map[string]*templateState{},
 		constraints: map[ConstraintKey]*constraintState{},
 		invCounts:   map[string]int{},
+		nodesRaw:    map[string][]byte{},
+		view:        nodeView{key: "?"},
 		caps:        capabilities(opts.AllowNetworkBuiltins),
 	}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
@@ -580,10 +586,23 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 			}
 		}
 	}
+	// Nodes are kept cut to what the constraints in force after this
+	// commit read (nodeview.go); a new cut rewrites them all.
+	view := e.view
+	if next != nil {
+		view = viewOf(next.constraints)
+	}
+	raw := map[string][]byte{} // whole Nodes to keep (nil: drop), once committed
+	if view.key != e.view.key {
+		if err := e.recutNodes(ctx, txn, view, raw); err != nil {
+			e.store.Abort(ctx, txn)
+			return append(errs, &ApplyError{Err: fmt.Errorf("cut nodes to the new policy set: %w", err)})
+		}
+	}
 	counts := map[string]int{}
 	for _, ch := range inv {
 		ref, _ := changeRef(ch)
-		delta, err := e.writeInventory(ctx, txn, ch)
+		delta, err := e.writeInventory(ctx, txn, ch, view, raw)
 		if err != nil {
 			errs = append(errs, &ApplyError{Ref: ref, Err: err})
 			continue
@@ -628,6 +647,14 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 		e.log.Info("policy set installed", "generation", next.generation, "templates", len(next.templates), "constraints", len(next.constraints))
 	}
 	e.invGen = gen
+	e.view = view
+	for name, b := range raw {
+		if b == nil {
+			delete(e.nodesRaw, name)
+		} else {
+			e.nodesRaw[name] = b
+		}
+	}
 	for k, d := range counts {
 		e.invCounts[k] += d
 		if e.invCounts[k] <= 0 {

@@ -31,7 +31,7 @@ func inventoryKey(gvk schema.GroupVersionKind) string {
 // policy has a reason to read it, and the inventory of a 5000-node cluster
 // must stay small. This is the one place the inventory differs from
 // Gatekeeper's.
-func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change) (int, error) {
+func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change, view nodeView, raw map[string][]byte) (int, error) {
 	ref, _ := changeRef(ch)
 	path := inventoryPath(ref.GroupVersionKind, ref.Namespace, ref.Name)
 	_, err := e.store.Read(ctx, txn, path)
@@ -45,6 +45,9 @@ func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch
 		}
 		if err := e.store.Write(ctx, txn, storage.RemoveOp, path, nil); err != nil {
 			return 0, fmt.Errorf("remove from inventory: %w", err)
+		}
+		if isNode(ref) {
+			raw[ref.Name] = nil
 		}
 		return -1, nil
 	}
@@ -65,20 +68,33 @@ func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch
 			content = c2
 		}
 	}
+	if !exists {
+		if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
+			return 0, fmt.Errorf("make inventory path: %w", err)
+		}
+	}
+	op, delta := storage.AddOp, 1
+	if exists {
+		op, delta = storage.ReplaceOp, 0
+	}
+	if isNode(ref) {
+		if err := e.writeNode(ctx, txn, op, path, ref.Name, content, view, raw); err != nil {
+			return 0, fmt.Errorf("write node: %w", err)
+		}
+		return delta, nil
+	}
 	value, err := ast.InterfaceToValue(content)
 	if err != nil {
 		return 0, fmt.Errorf("convert object: %w", err)
 	}
-	if exists {
-		return 0, e.store.Write(ctx, txn, storage.ReplaceOp, path, value)
+	if err := e.store.Write(ctx, txn, op, path, value); err != nil {
+		return 0, fmt.Errorf("write inventory: %w", err)
 	}
-	if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
-		return 0, fmt.Errorf("make inventory path: %w", err)
-	}
-	if err := e.store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
-		return 0, fmt.Errorf("add to inventory: %w", err)
-	}
-	return 1, nil
+	return delta, nil
+}
+
+func isNode(ref ObjectRef) bool {
+	return ref.GroupVersionKind.Group == "" && ref.GroupVersionKind.Version == "v1" && ref.GroupVersionKind.Kind == "Node" && ref.Namespace == ""
 }
 
 // readValue reads an AST value from the store, nil when absent.

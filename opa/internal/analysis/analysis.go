@@ -82,6 +82,7 @@ type analyzer struct {
 	exists    [][]*ast.Term
 	messages  []source
 	inv       bool
+	allNodes  bool
 	nondet    bool
 	// active guards against recursion through functions.
 	active map[*ast.Rule]int
@@ -220,7 +221,7 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 	for _, w := range e.With {
 		if ref, ok := w.Target.Value.(ast.Ref); ok {
 			if !ref[0].Equal(ast.InputRootDocument) {
-				z.inv = true
+				z.inv, z.allNodes = true, true
 			}
 			z.read(origin{root: Input, exact: true})
 		}
@@ -324,6 +325,9 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 				rest = v[6:]
 			} else {
 				z.inv = true
+				if readsNodes(v) {
+					z.allNodes = true
+				}
 				for _, k := range v[1:] {
 					z.walk(k, env, depth)
 				}
@@ -362,6 +366,23 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 		}
 	}
 	return base.extend(rest...)
+}
+
+// nodesPath is where Gatekeeper's sync puts Nodes, below data.inventory.
+var nodesPath = []*ast.Term{ast.StringTerm("cluster"), ast.StringTerm("v1"), ast.StringTerm("Node")}
+
+// readsNodes reports whether an inventory reference other than the
+// candidate's Node can reach Nodes: its ground prefix below
+// data.inventory is related to cluster.v1.Node.
+func readsNodes(r ast.Ref) bool {
+	rest := r[2:]
+	for i, k := range rest {
+		if !k.IsGround() {
+			rest = rest[:i]
+			break
+		}
+	}
+	return PrefixRelated(rest, nodesPath)
 }
 
 func isInventoryRef(r ast.Ref) bool {
@@ -752,7 +773,7 @@ func (z *analyzer) walk(x any, env map[ast.Var]origin, depth int) {
 			}
 			for _, w := range v.With {
 				if ref, ok := w.Target.Value.(ast.Ref); ok && !ref[0].Equal(ast.InputRootDocument) {
-					z.inv = true
+					z.inv, z.allNodes = true, true
 				}
 				z.read(origin{root: Input, exact: true})
 			}

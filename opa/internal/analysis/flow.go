@@ -325,7 +325,7 @@ func (z *analyzer) result() *Result {
 			node = append(node, r)
 		}
 	}
-	a := &Result{InventoryOther: z.inv, Nondeterministic: z.nondet}
+	a := &Result{InventoryOther: z.inv, OtherNodes: z.allNodes, Nondeterministic: z.nondet}
 	var why []string
 	observed := func(rs []read) bool {
 		for _, r := range rs {

@@ -49,6 +49,10 @@ type Result struct {
 	// InventoryOther: the template reads data.inventory beyond the
 	// candidate node.
 	InventoryOther bool
+	// OtherNodes: some of those reads can reach Nodes other than the
+	// candidate (data.inventory.cluster.v1.Node[_], a `with` on data...):
+	// the Nodes it sees cannot be cut down to the paths below.
+	OtherNodes bool
 	// Nondeterministic: the template calls time.now_ns, rand.* or similar.
 	Nondeterministic bool
 	// NodeNameObserved: the verdict can depend on the candidate's name

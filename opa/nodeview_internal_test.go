@@ -1,0 +1,69 @@
+package opa
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+func mustObj(t *testing.T, y string) *unstructured.Unstructured {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(y), &m); err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+// The store holds the cut, the engine the whole Node.
+func TestStoreHoldsNodesCut(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	objs := []*unstructured.Unstructured{
+		mustObj(t, `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8spool}
+spec:
+  crd: {spec: {names: {kind: K8sPool}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8spool
+        violation[{"msg": "no"}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "b"
+        }
+`),
+		mustObj(t, "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sPool\nmetadata: {name: pool}\n"),
+		mustObj(t, "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {pool: a, other: x}}\nstatus: {images: [{names: [a, b]}], nodeInfo: {kubeletVersion: v1}}\n"),
+	}
+	if errs := e.Apply(ctx, changesOf(objs)); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	txn, _ := e.store.NewTransaction(ctx)
+	defer e.store.Abort(ctx, txn)
+	v := e.readValue(ctx, txn, append(nodeGV[:len(nodeGV):len(nodeGV)], "n1"))
+	got := v.String()
+	if strings.Contains(got, "images") || strings.Contains(got, "other") || !strings.Contains(got, `"pool": "a"`) {
+		t.Errorf("the store holds %s, want only metadata.labels.pool", got)
+	}
+	if raw := string(e.nodesRaw["n1"]); !strings.Contains(raw, "kubeletVersion") {
+		t.Errorf("the whole Node is not kept: %s", raw)
+	}
+}
+
+func changesOf(objs []*unstructured.Unstructured) []Change {
+	out := make([]Change, len(objs))
+	for i, o := range objs {
+		out[i] = Change{Object: o}
+	}
+	return out
+}
