@@ -74,8 +74,8 @@ type Engine struct {
 	invCounts   map[string]int
 	invGen      uint64
 	generation  uint64
-	// nodesRaw holds every inventory Node whole, as JSON; view is what the
-	// store keeps of them (nodeview.go).
+	// nodesRaw holds every inventory Node whole, as deflated JSON, while
+	// the store keeps them cut; view is what the store keeps (nodeview.go).
 	nodesRaw map[string][]byte
 	view     nodeView
 	// pending is the snapshot a commit is about to install, picked up by

@@ -2,10 +2,12 @@ package opa
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -18,7 +20,8 @@ import (
 // templates read a few of their fields. The store holds each Node cut down
 // to the paths the constraints in force can read (their analysis says
 // which, and that nothing reads the Nodes in other ways); the whole Node is
-// kept as JSON bytes, which the garbage collector does not scan, and a
+// kept as deflated JSON bytes, which the garbage collector does not scan,
+// and a
 // change of policy that reads more re-cuts every Node from them, in the
 // same commit. Templates see exactly the values they read, so verdicts are
 // those of the whole Node; what they can no longer do is reach a field
@@ -167,7 +170,7 @@ func (e *Engine) writeNode(ctx context.Context, txn storage.Transaction, op stor
 		if err != nil {
 			return fmt.Errorf("encode node: %w", err)
 		}
-		raw[name] = b
+		raw[name] = deflate(b)
 	}
 	value, err := ast.InterfaceToValue(view.cut(content))
 	if err != nil {
@@ -176,7 +179,7 @@ func (e *Engine) writeNode(ctx context.Context, txn storage.Transaction, op stor
 	return e.store.Write(ctx, txn, op, path, value)
 }
 
-// wholeNodes gives every inventory Node whole, as JSON: the kept copies
+// wholeNodes gives every inventory Node whole, as deflated JSON: the kept copies
 // under a cut, the store's values when the store holds them whole.
 func (e *Engine) wholeNodes(ctx context.Context, txn storage.Transaction) (map[string][]byte, error) {
 	if !e.view.all {
@@ -199,10 +202,34 @@ func (e *Engine) wholeNodes(ctx context.Context, txn storage.Transaction) (map[s
 		}
 		var b []byte
 		if b, err = json.Marshal(x); err == nil {
-			out[string(name)] = b
+			out[string(name)] = deflate(b)
 		}
 	})
 	return out, err
+}
+
+// deflate compresses a Node's JSON for keeping: a kubelet's Node is mostly
+// image names, digests and condition messages, which shrink several times.
+func deflate(b []byte) []byte {
+	z := deflaters.Get().(*deflater)
+	defer deflaters.Put(z)
+	z.out.Reset()
+	z.w.Reset(&z.out)
+	_, _ = z.w.Write(b)
+	_ = z.w.Close()
+	return bytes.Clone(z.out.Bytes())
+}
+
+// deflaters recycle compressors: each holds about a megabyte of state.
+var deflaters = sync.Pool{New: func() any {
+	z := &deflater{}
+	z.w, _ = flate.NewWriter(&z.out, flate.BestSpeed)
+	return z
+}}
+
+type deflater struct {
+	out bytes.Buffer
+	w   *flate.Writer
 }
 
 // recutNodes rewrites every Node in the store under a new view; raw
@@ -219,7 +246,7 @@ func (e *Engine) recutNodes(ctx context.Context, txn storage.Transaction, view n
 			raw[name] = b
 		}
 		var content map[string]any
-		dec := json.NewDecoder(bytes.NewReader(b))
+		dec := json.NewDecoder(flate.NewReader(bytes.NewReader(b)))
 		dec.UseNumber() // numbers as written, never through float64
 		if err := dec.Decode(&content); err != nil {
 			return fmt.Errorf("decode node %s: %w", name, err)

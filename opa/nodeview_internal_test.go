@@ -1,7 +1,10 @@
 package opa
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -55,8 +58,9 @@ spec:
 	if strings.Contains(got, "images") || strings.Contains(got, "other") || !strings.Contains(got, `"pool": "a"`) {
 		t.Errorf("the store holds %s, want only metadata.labels.pool", got)
 	}
-	if raw := string(e.nodesRaw["n1"]); !strings.Contains(raw, "kubeletVersion") {
-		t.Errorf("the whole Node is not kept: %s", raw)
+	whole, err := io.ReadAll(flate.NewReader(bytes.NewReader(e.nodesRaw["n1"])))
+	if err != nil || !strings.Contains(string(whole), "kubeletVersion") {
+		t.Errorf("the whole Node is not kept: %s (%v)", whole, err)
 	}
 }
 
