@@ -255,3 +255,27 @@ func TestParseVerbs(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherNodes: which inventory reads can reach Nodes other than the
+// candidate (the engine then keeps Nodes whole in its store).
+func TestOtherNodes(t *testing.T) {
+	cases := []struct {
+		name, rego string
+		want       bool
+	}{
+		{"candidate only", "violation contains {\"msg\": \"x\"} if {\n" + nodeRef + "\nnode.metadata.labels.a\n}", false},
+		{"every node", "violation contains {\"msg\": \"x\"} if {\ncount(data.inventory.cluster.v1.Node) > 3\n}", true},
+		{"nodes by a variable", "violation contains {\"msg\": \"x\"} if {\nsome n\ndata.inventory.cluster.v1.Node[n].metadata.labels.a\n}", true},
+		{"cluster kinds by variables", "violation contains {\"msg\": \"x\"} if {\nsome gv, k\ndata.inventory.cluster[gv][k]\n}", true},
+		{"namespaced objects", "violation contains {\"msg\": \"x\"} if {\nsome ns\ndata.inventory.namespace[ns][\"v1\"].ConfigMap\n}", false},
+		{"ingresses", "violation contains {\"msg\": \"x\"} if {\ndata.inventory.cluster[\"networking.k8s.io/v1\"].IngressClass\n}", false},
+		{"with on data", "violation contains {\"msg\": \"x\"} if {\nf with data.inventory as {}\n}\nf if { true }", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := analyze(t, tc.rego, "").OtherNodes; got != tc.want {
+				t.Errorf("OtherNodes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
