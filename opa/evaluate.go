@@ -246,7 +246,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		}
 		if len(res) > 0 {
 			violated = true
-			col.cells[i] = cell{res: res, printed: r.printed(bc, i, subst)}
+			col.set(i, res, r.printed(bc, i, subst))
 		}
 		if r.explain {
 			p.Nodes[i].Explain = append(p.Nodes[i].Explain, r.trace(bc, r.e.ph.substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))

@@ -35,14 +35,42 @@ type column struct {
 	ph         *placeholders
 	// pod are the pod's printed values, for every cell.
 	pod   bindings
-	cells []cell
+	// results are the distinct result sets of the column (a few: one per
+	// node class met), cells point into them.
+	results [][]result
+	cells   []cell
 }
 
-// cell is a node's verdict from one constraint: the results as evaluated
-// (placeholders possibly) and the node's printed values.
+// cell is a node's verdict from one constraint: which of the column's
+// results (0: none), and the node's printed values.
 type cell struct {
-	res     []result
+	result  uint32
 	printed *nodePrinted
+}
+
+// res gives node i's results as evaluated (placeholders possibly).
+func (c *column) res(i int) []result {
+	if k := c.cells[i].result; k > 0 {
+		return c.results[k-1]
+	}
+	return nil
+}
+
+// set records node i's results, sharing the slice with nodes that have
+// the same.
+func (c *column) set(i int, res []result, printed *nodePrinted) {
+	k := 0
+	for j := len(c.results) - 1; j >= 0 && j >= len(c.results)-16; j-- {
+		if len(c.results[j]) == len(res) && &c.results[j][0] == &res[0] {
+			k = j + 1
+			break
+		}
+	}
+	if k == 0 {
+		c.results = append(c.results, res)
+		k = len(c.results)
+	}
+	c.cells[i] = cell{result: uint32(k), printed: printed}
 }
 
 // bindingsOf are the values to put into node i's results.
@@ -54,7 +82,7 @@ func (c *column) bindingsOf(i int) bindings {
 }
 
 func (c *column) violations(i int, f func(*Violation)) {
-	res := c.cells[i].res
+	res := c.res(i)
 	if len(res) == 1 {
 		// One result: filled straight from the pod's and the node's values.
 		x := &res[0]
@@ -121,7 +149,7 @@ func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
 			common = common[1:]
 			continue
 		}
-		if c := &cols[0]; (action == "" || c.action == action) && len(c.cells[i].res) > 0 {
+		if c := &cols[0]; (action == "" || c.action == action) && c.cells[i].result > 0 {
 			c.violations(i, f)
 		}
 		cols = cols[1:]
@@ -144,7 +172,7 @@ func (p *Placement) Denied(i int) bool {
 		return true
 	}
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Deny && len(col.cells[i].res) > 0 {
+		if col := &p.columns[c]; col.action == Deny && col.cells[i].result > 0 {
 			return true
 		}
 	}
@@ -159,7 +187,7 @@ func (p *Placement) ViolatedWarnConstraints(i int) int {
 	}
 	n := p.commonWarn
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Warn && len(col.cells[i].res) > 0 {
+		if col := &p.columns[c]; col.action == Warn && col.cells[i].result > 0 {
 			n++
 		}
 	}
@@ -190,7 +218,7 @@ func (p *Placement) Decisions(f func(c ConstraintKey, a Action, nodes int)) {
 		col := &p.columns[c]
 		n := 0
 		for i := range col.cells {
-			if len(col.cells[i].res) > 0 {
+			if col.cells[i].result > 0 {
 				n++
 			}
 		}
@@ -233,13 +261,18 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 				index[k] = c
 				p.columns = append(p.columns, column{constraint: v.Constraint, action: v.Action, order: c, cells: make([]cell, len(nodes))})
 			}
-			cl := &p.columns[c].cells[i]
-			cl.res = append(cl.res, result{msg: v.Message, details: v.Details, err: v.Error})
+			col := &p.columns[c]
+			if col.cells[i].result == 0 {
+				col.results = append(col.results, nil)
+				col.cells[i].result = uint32(len(col.results))
+			}
+			ri := col.cells[i].result - 1
+			col.results[ri] = append(col.results[ri], result{msg: v.Message, details: v.Details, err: v.Error})
 		}
 	}
 	for c := range p.columns {
-		for i := range p.columns[c].cells {
-			sortResults(p.columns[c].cells[i].res)
+		for _, res := range p.columns[c].results {
+			sortResults(res)
 		}
 	}
 	return p
