@@ -34,7 +34,7 @@ type column struct {
 	order      int
 	ph         *placeholders
 	// pod are the pod's printed values, for every cell.
-	pod   bindings
+	pod bindings
 	// results are the distinct result sets of the column (a few: one per
 	// node class met), cells point into them.
 	results [][]result
