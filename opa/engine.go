@@ -588,9 +588,12 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	}
 	// Nodes are kept cut to what the constraints in force after this
 	// commit read (nodeview.go); a new cut rewrites them all.
-	view := e.view
+	// A request may still hold the policy set in force before this
+	// commit (loaded after its transaction opened, before the new set was
+	// installed): the cut serves both until the next commit.
+	view := viewOf(e.snap.Load().constraints)
 	if next != nil {
-		view = viewOf(next.constraints)
+		view = viewOf(append(append([]*boundConstraint(nil), e.snap.Load().constraints...), next.constraints...))
 	}
 	raw := map[string][]byte{} // whole Nodes to keep (nil: drop), once committed
 	if view.key != e.view.key {

@@ -23,12 +23,15 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if req.Pod == nil {
 		return nil, errors.New("pod is required")
 	}
-	snap := e.snap.Load()
+	// The transaction first: while it is open no commit completes, so
+	// the policy set loaded next is the one in force for its inventory,
+	// or the one just before (see commit and nodeview.go).
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open store transaction: %w", err)
 	}
 	defer e.store.Abort(ctx, txn)
+	snap := e.snap.Load()
 
 	pod := withTypeMeta(req.Pod, podGVK)
 	podValue, err := ast.InterfaceToValue(pod)

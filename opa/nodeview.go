@@ -23,7 +23,9 @@ import (
 // kept as deflated JSON bytes, which the garbage collector does not scan,
 // and a
 // change of policy that reads more re-cuts every Node from them, in the
-// same commit. Templates see exactly the values they read, so verdicts are
+// same commit (a cut that shrinks keeps serving the policy set it replaces
+// until the next commit, for requests still holding it). Templates see
+// exactly the values they read, so verdicts are
 // those of the whole Node; what they can no longer do is reach a field
 // nothing read before, which is why the cut follows every policy change.
 

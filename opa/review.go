@@ -22,12 +22,15 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	if obj == nil {
 		return nil, errors.New("review has neither object nor oldObject")
 	}
-	snap := e.snap.Load()
+	// The transaction first: while it is open no commit completes, so
+	// the policy set loaded next is the one in force for its inventory,
+	// or the one just before (see commit and nodeview.go).
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open store transaction: %w", err)
 	}
 	defer e.store.Abort(ctx, txn)
+	snap := e.snap.Load()
 
 	gvk := req.Kind
 	if gvk.Kind == "" {
