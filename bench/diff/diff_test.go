@@ -515,25 +515,7 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	// Coverage: how often each constraint was violated (peer, per node).
-	violated := map[opa.ConstraintKey]int{}
-	for _, po := range peerOut {
-		for _, o := range po {
-			for _, k := range o.keys {
-				violated[opa.ConstraintKey{Kind: k.Kind, Name: k.Name}]++
-			}
-		}
-	}
-	var never, counts []string
-	for key := range wantAction {
-		if violated[key] == 0 {
-			never = append(never, key.String())
-		} else {
-			counts = append(counts, fmt.Sprintf("%s=%d", key, violated[key]))
-		}
-	}
-	sort.Strings(never)
-	sort.Strings(counts)
-	t.Logf("violations per constraint (peer, all nodes): %s", strings.Join(counts, " "))
+	never := logCoverage(t, peerOut, wantAction)
 	t.Logf("constraints never violated: %v", never)
 	if reported > 0 {
 		t.Errorf("%d differences (first %d shown); by constraint kind: %v", reported, min(reported, maxReported), byKind)
@@ -679,4 +661,30 @@ func (env *compareEnv) compare(g *generatedPod, peerOut []nodeOutcome, engOut []
 		}
 	}
 	return rep
+}
+
+// logCoverage logs how often the peer found each constraint violated (per
+// node) and returns the constraints it never found violated.
+func logCoverage(t *testing.T, peerOut [][]nodeOutcome, wantAction map[opa.ConstraintKey]string) []string {
+	t.Helper()
+	violated := map[opa.ConstraintKey]int{}
+	for _, po := range peerOut {
+		for _, o := range po {
+			for _, k := range o.keys {
+				violated[opa.ConstraintKey{Kind: k.Kind, Name: k.Name}]++
+			}
+		}
+	}
+	var never, counts []string
+	for key := range wantAction {
+		if violated[key] == 0 {
+			never = append(never, key.String())
+		} else {
+			counts = append(counts, fmt.Sprintf("%s=%d", key, violated[key]))
+		}
+	}
+	sort.Strings(never)
+	sort.Strings(counts)
+	t.Logf("violations per constraint (peer, all nodes): %s", strings.Join(counts, " "))
+	return never
 }

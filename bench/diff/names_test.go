@@ -541,25 +541,7 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 		t.Errorf("%d differences over (pod, node, variant), %d distinct per pod (first %d shown); by constraint kind: %v", diffCount, reported, min(reported, maxReported), byKind)
 	}
 
-	violated := map[opa.ConstraintKey]int{}
-	for _, po := range peerOut {
-		for _, o := range po {
-			for _, k := range o.keys {
-				violated[opa.ConstraintKey{Kind: k.Kind, Name: k.Name}]++
-			}
-		}
-	}
-	var never, counts []string
-	for key := range wantAction {
-		if violated[key] == 0 {
-			never = append(never, key.String())
-		} else {
-			counts = append(counts, fmt.Sprintf("%s=%d", key, violated[key]))
-		}
-	}
-	sort.Strings(never)
-	sort.Strings(counts)
-	t.Logf("violations per constraint (peer, all nodes): %s", strings.Join(counts, " "))
+	never := logCoverage(t, peerOut, wantAction)
 	if nonString {
 		if peerErrors == 0 {
 			t.Errorf("no peer review failed: the non-string msg case is not exercised")
