@@ -310,10 +310,9 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	}
 	node, key := s.value, s.name
 	for _, m := range bc.nodeMsgs {
-		if _, ok := substitutable(lookup(node, m.path), m.quote); ok {
-			if v, ok := setPath(node, m.path, ast.StringTerm(m.text)); ok {
-				node = v
-			}
+		// The same test as project's, so the class key and the evaluation agree.
+		if _, ok := substitutableAt(s.value, m.path, m.quote); ok {
+			node, _ = setPath(node, m.path, ast.StringTerm(m.text))
 		}
 	}
 	if m := bc.nameMsg; m != nil {
@@ -460,7 +459,7 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 	}
 	for _, m := range bc.nodeMsgs {
 		t := lookup(node, m.path)
-		if v, ok := substitutable(t, m.quote); ok {
+		if v, ok := substitutableAt(node, m.path, m.quote); ok {
 			t = placeholderKey
 			printed.bindings = append(printed.bindings, newBinding(m.index, v))
 		}

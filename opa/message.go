@@ -75,6 +75,25 @@ func substitutable(t *ast.Term, quote bool) (string, bool) {
 	return string(s), true
 }
 
+// substitutableAt is substitutable for the value at path in v, and also
+// requires the path to lead through objects only: setPath can put the
+// placeholder there (a path through an array cannot, so its value stays in
+// the key).
+func substitutableAt(v ast.Value, path []*ast.Term, quote bool) (string, bool) {
+	for i := range path {
+		obj, ok := v.(ast.Object)
+		if !ok {
+			return "", false
+		}
+		t := obj.Get(path[i])
+		if t == nil {
+			return "", false
+		}
+		v = t.Value
+	}
+	return substitutable(ast.NewTerm(v), quote)
+}
+
 // placeholderKey stands in a memo key for "a substitutable value was
 // here": a set, which no JSON value can be.
 var placeholderKey = ast.SetTerm(ast.StringTerm("placeholder"))

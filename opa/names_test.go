@@ -140,3 +140,48 @@ func FuzzPrintedNames(f *testing.F) {
 		}
 	})
 }
+
+// TestPrintedValueBehindAnArray: a printed node value reached through an
+// array (status.addresses[0]) cannot hold a placeholder; it stays in the
+// key, so nodes of one pool never share each other's addresses.
+func TestPrintedValueBehindAnArray(t *testing.T) {
+	objs, err := source.ReadObjects(strings.NewReader(`
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8saddress}
+spec:
+  crd: {spec: {names: {kind: K8sAddress}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8saddress
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          msg := sprintf("blocked at %v", [node.status.addresses[0].address])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sAddress
+metadata: {name: address}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(opts opa.Options) *opa.Engine {
+		e := newEngine(t, opts)
+		apply(t, e, objs...)
+		for i, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+			n := node(fmt.Sprintf("n-%d", i), map[string]string{"pool": "blocked"})
+			n.Object["status"] = map[string]any{"addresses": []any{map[string]any{"type": "InternalIP", "address": ip}}}
+			apply(t, e, n)
+		}
+		return e
+	}
+	cands := []opa.Candidate{{Name: "n-0"}, {Name: "n-1"}}
+	got := placementMessages(t, build(opa.Options{}), "p", cands)
+	want := placementMessages(t, build(opa.Options{DisableMemo: true}), "p", cands)
+	if !reflect.DeepEqual(got, want) || len(got) != 2 || !strings.Contains(got[1], "10.0.0.2") {
+		t.Errorf("memo %q, no memo %q", got, want)
+	}
+}

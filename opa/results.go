@@ -92,16 +92,13 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	v := &podView{review: r.podReview}
 	review := r.podReview.Value
 	for _, m := range bc.podMsgs {
-		t := lookupInput(r.podReview, m.path)
-		if s, ok := substitutable(t, m.quote); ok {
-			if nv, ok := setPath(review, m.path[1:], ast.StringTerm(m.text)); ok {
-				review = nv
-				v.key = append(v.key, placeholderKey)
-				v.bind = append(v.bind, newBinding(m.index, s))
-				continue
-			}
+		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
+			review, _ = setPath(review, m.path[1:], ast.StringTerm(m.text))
+			v.key = append(v.key, placeholderKey)
+			v.bind = append(v.bind, newBinding(m.index, s))
+			continue
 		}
-		v.key = append(v.key, t)
+		v.key = append(v.key, lookupInput(r.podReview, m.path))
 	}
 	if len(v.bind) > 0 {
 		v.review = ast.NewTerm(review)
