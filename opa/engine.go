@@ -586,21 +586,10 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 			}
 		}
 	}
-	// Nodes are kept cut to what the constraints in force after this
-	// commit read (nodeview.go); a new cut rewrites them all.
-	// A request may still hold the policy set in force before this
-	// commit (loaded after its transaction opened, before the new set was
-	// installed): the cut serves both until the next commit.
-	view := viewOf(e.snap.Load().constraints)
-	if next != nil {
-		view = viewOf(append(append([]*boundConstraint(nil), e.snap.Load().constraints...), next.constraints...))
-	}
-	raw := map[string][]byte{} // whole Nodes to keep (nil: drop), once committed
-	if view.key != e.view.key {
-		if err := e.recutNodes(ctx, txn, view, raw); err != nil {
-			e.store.Abort(ctx, txn)
-			return append(errs, &ApplyError{Err: fmt.Errorf("cut nodes to the new policy set: %w", err)})
-		}
+	view, raw, err := e.cutNodes(ctx, txn, next)
+	if err != nil {
+		e.store.Abort(ctx, txn)
+		return append(errs, &ApplyError{Err: err})
 	}
 	counts := map[string]int{}
 	for _, ch := range inv {
@@ -650,14 +639,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 		e.log.Info("policy set installed", "generation", next.generation, "templates", len(next.templates), "constraints", len(next.constraints))
 	}
 	e.invGen = gen
-	e.view = view
-	for name, b := range raw {
-		if b == nil {
-			delete(e.nodesRaw, name)
-		} else {
-			e.nodesRaw[name] = b
-		}
-	}
+	e.keepNodes(view, raw)
 	for k, d := range counts {
 		e.invCounts[k] += d
 		if e.invCounts[k] <= 0 {

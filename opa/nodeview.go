@@ -234,6 +234,40 @@ type deflater struct {
 	w   *flate.Writer
 }
 
+// cutNodes gives the view the store keeps Nodes in after a commit that
+// installs next (nil: the policy set stays), re-cutting every Node in txn
+// when it changed. A request may still hold the policy set in force before
+// the commit (loaded after its transaction opened, before the new set was
+// installed): the view serves both until the next commit. raw receives the
+// whole Nodes to keep once the commit is done (nil entries: drop).
+func (e *Engine) cutNodes(ctx context.Context, txn storage.Transaction, next *snapshot) (nodeView, map[string][]byte, error) {
+	constraints := e.snap.Load().constraints
+	if next != nil {
+		constraints = append(append([]*boundConstraint(nil), constraints...), next.constraints...)
+	}
+	view := viewOf(constraints)
+	raw := map[string][]byte{}
+	if view.key != e.view.key {
+		if err := e.recutNodes(ctx, txn, view, raw); err != nil {
+			return view, nil, fmt.Errorf("cut nodes to the new policy set: %w", err)
+		}
+	}
+	return view, raw, nil
+}
+
+// keepNodes records, once a commit is done, the view it wrote and the
+// whole Nodes it changed.
+func (e *Engine) keepNodes(view nodeView, raw map[string][]byte) {
+	e.view = view
+	for name, b := range raw {
+		if b == nil {
+			delete(e.nodesRaw, name)
+		} else {
+			e.nodesRaw[name] = b
+		}
+	}
+}
+
 // recutNodes rewrites every Node in the store under a new view; raw
 // receives the whole Nodes to keep under it (nil entries: keep none).
 func (e *Engine) recutNodes(ctx context.Context, txn storage.Transaction, view nodeView, raw map[string][]byte) error {
