@@ -148,8 +148,9 @@ type request struct {
 	nodes     *ast.Term
 	explain   bool
 	// pods caches the pod's reviews with placeholders, by the set of
-	// paths they replace.
-	pods map[string]*podView
+	// paths they replace; plain is the pod's review as it is.
+	pods  map[string]*podView
+	plain *podView
 	// scratch for the node classes of one constraint
 	classIDs   []int
 	classAux   []any

@@ -76,7 +76,10 @@ type podView struct {
 // the reference the memo is tested against.
 func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	if !memoOK || len(bc.podMsgs) == 0 {
-		return &podView{review: r.podReview}
+		if r.plain == nil {
+			r.plain = &podView{review: r.podReview}
+		}
+		return r.plain
 	}
 	var sig strings.Builder
 	for _, m := range bc.podMsgs {
