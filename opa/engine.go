@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/compact"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
@@ -77,6 +78,7 @@ type Engine struct {
 	// nodesRaw holds every inventory Node whole, as deflated JSON, while
 	// the store keeps them cut; view is what the store keeps (nodeview.go).
 	nodesRaw map[string][]byte
+	codec    *compact.Codec // encodes nodesRaw; see nodeCodec
 	view     nodeView
 	// pending is the snapshot a commit is about to install, picked up by
 	// the SDK manager's compiler trigger.
@@ -590,6 +592,9 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	if err != nil {
 		e.store.Abort(ctx, txn)
 		return append(errs, &ApplyError{Err: err})
+	}
+	if !view.all {
+		e.prepareNodeCodec(inv)
 	}
 	counts := map[string]int{}
 	for _, ch := range inv {

@@ -51,23 +51,7 @@ func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch
 		}
 		return -1, nil
 	}
-	content := ch.Object.Object
-	if md, ok := content["metadata"].(map[string]any); ok {
-		if _, has := md["managedFields"]; has {
-			md2 := make(map[string]any, len(md))
-			for k, v := range md {
-				if k != "managedFields" {
-					md2[k] = v
-				}
-			}
-			c2 := make(map[string]any, len(content))
-			for k, v := range content {
-				c2[k] = v
-			}
-			c2["metadata"] = md2
-			content = c2
-		}
-	}
+	content := withoutManagedFields(ch.Object.Object)
 	if !exists {
 		if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
 			return 0, fmt.Errorf("make inventory path: %w", err)
@@ -91,6 +75,30 @@ func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch
 		return 0, fmt.Errorf("write inventory: %w", err)
 	}
 	return delta, nil
+}
+
+// withoutManagedFields is content without metadata.managedFields, as a
+// shallow copy when it has them (content belongs to the caller).
+func withoutManagedFields(content map[string]any) map[string]any {
+	md, ok := content["metadata"].(map[string]any)
+	if !ok {
+		return content
+	}
+	if _, has := md["managedFields"]; !has {
+		return content
+	}
+	md2 := make(map[string]any, len(md))
+	for k, v := range md {
+		if k != "managedFields" {
+			md2[k] = v
+		}
+	}
+	c2 := make(map[string]any, len(content))
+	for k, v := range content {
+		c2[k] = v
+	}
+	c2["metadata"] = md2
+	return c2
 }
 
 func isNode(ref ObjectRef) bool {

@@ -2,17 +2,16 @@ package opa
 
 import (
 	"bytes"
-	"compress/flate"
 	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
-	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/compact"
 )
 
 // Nodes are the bulk of the inventory (a kubelet's Node is 10 KB of JSON
@@ -20,9 +19,10 @@ import (
 // templates read a few of their fields. The store holds each Node cut down
 // to the paths the constraints in force can read (their analysis says
 // which, and that nothing reads the Nodes in other ways); the whole Node is
-// kept as deflated JSON bytes, which the garbage collector does not scan,
-// and a
-// change of policy that reads more re-cuts every Node from them, in the
+// kept as JSON deflated against a dictionary of the first Nodes seen
+// (opa/internal/compact: what Nodes share, keys, images, digests, costs
+// nothing per Node; 10 KB of kubelet JSON keeps in under 1 KB), bytes the
+// garbage collector does not scan, and a change of policy that reads more re-cuts every Node from them, in the
 // same commit (a cut that shrinks keeps serving the policy set it replaces
 // until the next commit, for requests still holding it). Templates see
 // exactly the values they read, so verdicts are
@@ -172,7 +172,7 @@ func (e *Engine) writeNode(ctx context.Context, txn storage.Transaction, op stor
 		if err != nil {
 			return fmt.Errorf("encode node: %w", err)
 		}
-		raw[name] = deflate(b)
+		raw[name] = e.nodeCodec(b).Encode(b)
 	}
 	value, err := ast.InterfaceToValue(view.cut(content))
 	if err != nil {
@@ -181,17 +181,62 @@ func (e *Engine) writeNode(ctx context.Context, txn storage.Transaction, op stor
 	return e.store.Write(ctx, txn, op, path, value)
 }
 
-// wholeNodes gives every inventory Node whole, as deflated JSON: the kept copies
-// under a cut, the store's values when the store holds them whole.
+// nodeCodec is the codec of the kept Nodes, made on first use with
+// samples (the Node being kept and, when the inventory holds them, a few
+// others) as its dictionary; it stays for the engine's life, since every
+// kept Node decodes with it alone. Called with e.mu held.
+func (e *Engine) nodeCodec(samples ...[]byte) *compact.Codec {
+	if e.codec == nil {
+		e.codec = compact.NewCodec(samples...)
+	}
+	return e.codec
+}
+
+// dictionarySamples is how many Nodes make the kept Nodes' dictionary:
+// three kubelet-sized Nodes fill deflate's 32 KiB window.
+const dictionarySamples = 3
+
+// prepareNodeCodec makes the node codec, before the first Node of changes
+// is kept, from the first few of them.
+func (e *Engine) prepareNodeCodec(changes []Change) {
+	if e.codec == nil {
+		if samples := nodeSamples(changes); len(samples) > 0 {
+			e.nodeCodec(samples...)
+		}
+	}
+}
+
+// nodeSamples are the first Nodes of changes, as the kept copies would
+// hold them.
+func nodeSamples(changes []Change) [][]byte {
+	var out [][]byte
+	for _, ch := range changes {
+		if len(out) == dictionarySamples {
+			break
+		}
+		if ref, err := changeRef(ch); err != nil || ch.Object == nil || !isNode(ref) {
+			continue
+		}
+		if b, err := json.Marshal(withoutManagedFields(ch.Object.Object)); err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// wholeNodes gives every inventory Node whole, encoded by the node codec:
+// the kept copies under a cut, the store's values when the store holds
+// them whole.
 func (e *Engine) wholeNodes(ctx context.Context, txn storage.Transaction) (map[string][]byte, error) {
 	if !e.view.all {
 		return e.nodesRaw, nil
 	}
-	out := map[string][]byte{}
 	nodes, _ := e.readValue(ctx, txn, nodeGV).(ast.Object)
 	if nodes == nil {
-		return out, nil
+		return map[string][]byte{}, nil
 	}
+	docs := make(map[string][]byte, nodes.Len())
+	var samples [][]byte
 	var err error
 	nodes.Foreach(func(k, v *ast.Term) {
 		name, ok := k.Value.(ast.String)
@@ -204,34 +249,20 @@ func (e *Engine) wholeNodes(ctx context.Context, txn storage.Transaction) (map[s
 		}
 		var b []byte
 		if b, err = json.Marshal(x); err == nil {
-			out[string(name)] = deflate(b)
+			docs[string(name)] = b
+			if len(samples) < dictionarySamples {
+				samples = append(samples, b)
+			}
 		}
 	})
-	return out, err
-}
-
-// deflate compresses a Node's JSON for keeping: a kubelet's Node is mostly
-// image names, digests and condition messages, which shrink several times.
-func deflate(b []byte) []byte {
-	z := deflaters.Get().(*deflater)
-	defer deflaters.Put(z)
-	z.out.Reset()
-	z.w.Reset(&z.out)
-	_, _ = z.w.Write(b)
-	_ = z.w.Close()
-	return bytes.Clone(z.out.Bytes())
-}
-
-// deflaters recycle compressors: each holds about a megabyte of state.
-var deflaters = sync.Pool{New: func() any {
-	z := &deflater{}
-	z.w, _ = flate.NewWriter(&z.out, flate.BestSpeed)
-	return z
-}}
-
-type deflater struct {
-	out bytes.Buffer
-	w   *flate.Writer
+	if err != nil || len(docs) == 0 {
+		return docs, err
+	}
+	codec := e.nodeCodec(samples...)
+	for name, b := range docs {
+		docs[name] = codec.Encode(b)
+	}
+	return docs, nil
 }
 
 // cutNodes gives the view the store keeps Nodes in after a commit that
@@ -281,8 +312,12 @@ func (e *Engine) recutNodes(ctx context.Context, txn storage.Transaction, view n
 		} else {
 			raw[name] = b
 		}
+		doc, err := e.codec.Decode(b)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
 		var content map[string]any
-		dec := json.NewDecoder(flate.NewReader(bytes.NewReader(b)))
+		dec := json.NewDecoder(bytes.NewReader(doc))
 		dec.UseNumber() // numbers as written, never through float64
 		if err := dec.Decode(&content); err != nil {
 			return fmt.Errorf("decode node %s: %w", name, err)

@@ -173,6 +173,11 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, role, kind string) {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	inf := dynamicinformer.NewFilteredDynamicInformer(c.dyn, gvr, "", 0, cache.Indexers{}, nil).Informer()
+	if role == "inventory" {
+		// The engine is the inventory's only cache: the informer keeps a
+		// stub per object (keptObject), not a second copy.
+		_ = inf.SetTransform(handOver)
+	}
 	w := &watched{gvr: gvr, role: role, kind: kind, inf: inf, cancel: cancel, started: time.Now()}
 	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		c.mu.Lock()
@@ -213,7 +218,7 @@ func (c *Cluster) unwatch(gvr schema.GroupVersionResource) {
 }
 
 func (c *Cluster) onUpsert(w *watched, obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
+	u, ok := objectOf(obj)
 	if !ok {
 		return
 	}
@@ -235,6 +240,10 @@ func (c *Cluster) onUpsert(w *watched, obj any) {
 func (c *Cluster) onDelete(w *watched, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
+	}
+	if k, ok := obj.(*keptObject); ok {
+		c.enqueue(opa.Change{Delete: &k.ref})
+		return
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
