@@ -38,7 +38,7 @@ type Options struct {
 	Logger *slog.Logger
 	// MemoEntries bounds the results the memo holds, for all constraints
 	// together (default 1<<18); MemoBytes bounds their estimated size
-	// (default 64 MiB).
+	// (default 32 MiB, an estimate above what they take: see memo.Options).
 	MemoEntries int
 	MemoBytes   int64
 	// DisableMemo evaluates every review (for tests and measurements).

@@ -50,6 +50,8 @@ type serveFlags struct {
 	allowNetworkBuiltins          bool
 	logLevel, logFormat           string
 	policyPollInterval            time.Duration
+	memoResults                   int
+	memoBytes                     int64
 }
 
 func (f *serveFlags) register(fs *pflag.FlagSet) {
@@ -76,6 +78,8 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.allowNetworkBuiltins, "allow-network-builtins", false, "let templates call http.send and net.lookup_ip_addr (off, as in Gatekeeper: a template cannot reach out)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
+	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
@@ -186,7 +190,8 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins})
+	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
+		MemoEntries: f.memoResults, MemoBytes: f.memoBytes})
 	if err != nil {
 		return err
 	}

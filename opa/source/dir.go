@@ -6,6 +6,7 @@ package source
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -48,9 +50,30 @@ type Dir struct {
 type fileState struct {
 	modTime time.Time
 	size    int64
-	objects map[objectKey]*unstructured.Unstructured
+	// objects are what the file held when it last parsed, as digests: the
+	// engine keeps the objects themselves, and a folder of 5000 Nodes
+	// would otherwise be held twice (as unstructured maps, several times
+	// their JSON size).
+	objects map[objectKey]digest
 	err     error
 }
+
+// digest is what a change needs of an object the folder held: its kind,
+// to delete it, and a hash of its content, to see whether it changed.
+type digest struct {
+	gvk schema.GroupVersionKind
+	sum [sha256.Size]byte
+	ok  bool // false: the content could not be hashed
+}
+
+func digestOf(u *unstructured.Unstructured) digest {
+	b, err := u.MarshalJSON() // maps marshal with sorted keys: same content, same bytes
+	return digest{gvk: u.GroupVersionKind(), sum: sha256.Sum256(b), ok: err == nil}
+}
+
+// unchanged: both hashed, to the same content. An object whose content
+// could not be hashed is always applied again.
+func (d digest) unchanged(next digest) bool { return d.ok && next.ok && d == next }
 
 type objectKey struct {
 	apiVersion, kind, namespace, name string
@@ -81,6 +104,12 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 // Sync scans the folder once and applies the changes. It returns an error
 // only when the folder itself cannot be read; per-file problems are in
 // Status.
+//
+// Inventory objects are applied as the files holding them are read, in
+// chunks of inventoryChunk, so that a folder of thousands of Nodes is never
+// held in memory all at once; templates and constraints, and deletions,
+// are applied together once the whole folder is read, so that a policy
+// set changes in one step.
 func (d *Dir) Sync(ctx context.Context) error {
 	paths, err := yamlFiles(d.root)
 	if err != nil {
@@ -88,93 +117,130 @@ func (d *Dir) Sync(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-
-	present := map[string]bool{}
-	var changes []opa.Change
-	changedFiles := map[string]map[objectKey]*unstructured.Unstructured{}
+	sc := &scan{dir: d, ctx: ctx, present: map[string]bool{}, changed: map[string]map[objectKey]digest{}}
 	for _, p := range paths {
-		present[p] = true
-		info, err := os.Stat(p)
-		if err != nil {
-			continue // removed while scanning: next scan sees it
-		}
-		st := d.files[p]
-		if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() {
-			continue
-		}
-		if st == nil {
-			st = &fileState{objects: map[objectKey]*unstructured.Unstructured{}}
-			d.files[p] = st
-		}
-		st.modTime, st.size = info.ModTime(), info.Size()
-		objs, err := ReadFile(p)
-		if err != nil {
-			st.err = err
-			d.log.Warn("policy file does not parse; its last good objects stay in force", "file", p, "err", err)
-			continue
-		}
-		st.err = nil
-		next := map[objectKey]*unstructured.Unstructured{}
-		for _, o := range objs {
-			if o.GetKind() == "Suite" {
-				continue
-			}
-			next[keyOf(o)] = o
-		}
-		changedFiles[p] = next
+		sc.file(p)
 	}
-	for p, st := range d.files {
-		if !present[p] {
-			changedFiles[p] = map[objectKey]*unstructured.Unstructured{}
-			_ = st
-		}
-	}
-	// Diff every changed file against what it held before. An object that
-	// moves from one file to another is an update, not a delete and add.
-	held := map[objectKey]bool{}
-	for p, st := range d.files {
-		if _, changing := changedFiles[p]; changing {
-			continue
-		}
-		for k := range st.objects {
-			held[k] = true
-		}
-	}
-	for _, next := range changedFiles {
-		for k := range next {
-			held[k] = true
-		}
-	}
-	for p, next := range changedFiles {
-		prev := d.files[p].objects
-		for k, o := range next {
-			if old, ok := prev[k]; ok && equalContent(old, o) {
-				continue
-			}
-			changes = append(changes, opa.Change{Object: o})
-		}
-		for k, o := range prev {
-			if _, still := next[k]; !still && !held[k] {
-				changes = append(changes, opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: o.GroupVersionKind(), Namespace: k.namespace, Name: k.name}})
-			}
-		}
-	}
-	for p, next := range changedFiles {
-		if !present[p] {
-			delete(d.files, p)
-			continue
-		}
-		d.files[p].objects = next
-	}
-	if len(changes) > 0 {
-		sortChanges(changes)
-		for _, err := range d.applier.Apply(ctx, changes) {
-			d.log.Warn("policy object refused", "err", err)
-		}
-	}
+	sc.finish()
 	d.synced = true
 	d.last = time.Now()
 	return nil
+}
+
+// inventoryChunk is how many inventory objects one Apply of a scan takes.
+const inventoryChunk = 250
+
+// scan is one pass over the folder.
+type scan struct {
+	dir     *Dir
+	ctx     context.Context
+	present map[string]bool
+	// changed holds what every changed file holds now (nothing for a
+	// file that is gone).
+	changed   map[string]map[objectKey]digest
+	policies  []opa.Change // applied at the end
+	inventory []opa.Change // applied every inventoryChunk
+}
+
+// file reads one file if it changed since the last scan.
+func (sc *scan) file(p string) {
+	d := sc.dir
+	sc.present[p] = true
+	info, err := os.Stat(p)
+	if err != nil {
+		return // removed while scanning: the next scan sees it
+	}
+	st := d.files[p]
+	if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() {
+		return
+	}
+	if st == nil {
+		st = &fileState{objects: map[objectKey]digest{}}
+		d.files[p] = st
+	}
+	st.modTime, st.size = info.ModTime(), info.Size()
+	objs, err := ReadFile(p)
+	if err != nil {
+		st.err = err
+		d.log.Warn("policy file does not parse; its last good objects stay in force", "file", p, "err", err)
+		return
+	}
+	st.err = nil
+	next := map[objectKey]digest{}
+	for _, o := range objs {
+		if o.GetKind() == "Suite" {
+			continue
+		}
+		k, dg := keyOf(o), digestOf(o)
+		next[k] = dg
+		if old, ok := st.objects[k]; ok && old.unchanged(dg) {
+			continue
+		}
+		sc.add(opa.Change{Object: o})
+	}
+	sc.changed[p] = next
+}
+
+// add queues an upsert: policy objects until the end, inventory objects
+// until a chunk is full.
+func (sc *scan) add(ch opa.Change) {
+	switch ch.Object.GroupVersionKind().Group {
+	case opa.TemplateGroup, opa.ConstraintGroup:
+		sc.policies = append(sc.policies, ch)
+		return
+	}
+	sc.inventory = append(sc.inventory, ch)
+	if len(sc.inventory) >= inventoryChunk {
+		sc.apply(sc.inventory)
+		sc.inventory = nil
+	}
+}
+
+// finish applies the rest: the last inventory chunk, then the policy
+// objects with the deletions. An object that moved from one file to
+// another is an update, not a delete and add.
+func (sc *scan) finish() {
+	d := sc.dir
+	for p := range d.files {
+		if !sc.present[p] {
+			sc.changed[p] = nil
+		}
+	}
+	held := map[objectKey]bool{}
+	for p, st := range d.files {
+		objects := st.objects
+		if next, changing := sc.changed[p]; changing {
+			objects = next
+		}
+		for k := range objects {
+			held[k] = true
+		}
+	}
+	changes := sc.policies
+	for p, next := range sc.changed {
+		for k, old := range d.files[p].objects {
+			if _, still := next[k]; !still && !held[k] {
+				changes = append(changes, opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: old.gvk, Namespace: k.namespace, Name: k.name}})
+			}
+		}
+		if sc.present[p] {
+			d.files[p].objects = next
+		} else {
+			delete(d.files, p)
+		}
+	}
+	sc.apply(sc.inventory)
+	sc.apply(changes)
+}
+
+func (sc *scan) apply(changes []opa.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	sortChanges(changes)
+	for _, err := range sc.dir.applier.Apply(sc.ctx, changes) {
+		sc.dir.log.Warn("policy object refused", "err", err)
+	}
 }
 
 // sortChanges applies templates before constraints before the rest, and
@@ -193,12 +259,6 @@ func sortChanges(changes []opa.Change) {
 		return 2
 	}
 	sort.SliceStable(changes, func(i, j int) bool { return rank(changes[i]) < rank(changes[j]) })
-}
-
-func equalContent(a, b *unstructured.Unstructured) bool {
-	ab, err1 := a.MarshalJSON()
-	bb, err2 := b.MarshalJSON()
-	return err1 == nil && err2 == nil && string(ab) == string(bb)
 }
 
 // Run scans until ctx ends.

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -160,5 +161,51 @@ func TestReadObjects(t *testing.T) {
 		if _, err := ReadObjects(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "document 1") {
 			t.Errorf("%q: error = %v", bad, err)
 		}
+	}
+}
+
+// sizes is a fake engine that records what each Apply held.
+type sizes struct {
+	mu      sync.Mutex
+	batches []string // per Apply: "inventory N" or "policies N"
+}
+
+func (s *sizes) Apply(_ context.Context, changes []opa.Change) []*opa.ApplyError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	policies := 0
+	for _, c := range changes {
+		if c.Object != nil && (c.Object.GroupVersionKind().Group == opa.TemplateGroup || c.Object.GroupVersionKind().Group == opa.ConstraintGroup) {
+			policies++
+		}
+	}
+	if policies > 0 {
+		s.batches = append(s.batches, fmt.Sprintf("policies %d of %d", policies, len(changes)))
+	} else {
+		s.batches = append(s.batches, fmt.Sprintf("inventory %d", len(changes)))
+	}
+	return nil
+}
+
+// TestDirSyncBoundsBatches: a folder of many Nodes reaches the engine in
+// chunks (the scan never holds them all), while the templates and
+// constraints spread over several files arrive in one batch, after them.
+func TestDirSyncBoundsBatches(t *testing.T) {
+	dir := t.TempDir()
+	var nodes strings.Builder
+	for i := range 2*inventoryChunk + 10 {
+		fmt.Fprintf(&nodes, "---\n%s", nodeYAML(fmt.Sprintf("n%d", i), "1"))
+	}
+	write(t, filepath.Join(dir, "a-nodes.yaml"), nodes.String())
+	write(t, filepath.Join(dir, "b-template.yaml"), "apiVersion: templates.gatekeeper.sh/v1\nkind: ConstraintTemplate\nmetadata: {name: k8sx}\n")
+	write(t, filepath.Join(dir, "c-constraint.yaml"), "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sX\nmetadata: {name: x}\n")
+	write(t, filepath.Join(dir, "d-namespace.yaml"), "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n")
+	rec := &sizes{}
+	if err := NewDir(dir, rec, DirOptions{}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"inventory 250", "inventory 250", "inventory 11", "policies 2 of 2"}
+	if strings.Join(rec.batches, ", ") != strings.Join(want, ", ") {
+		t.Errorf("batches %v, want %v", rec.batches, want)
 	}
 }

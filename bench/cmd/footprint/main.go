@@ -8,6 +8,15 @@
 //	go run ./cmd/footprint -policy-set all -nodes 5000
 //	go run ./cmd/footprint -policy-set realistic -nodes 5000   # kubelet-sized nodes
 //
+// With -service it measures the service itself instead: it writes the
+// policy set, the namespaces and the nodes as YAML files into a folder,
+// runs the given binary on it (--policy-dir, folder mode) and reads the
+// process's VmRSS from /proc and its live heap from /metrics after a GC
+// forced through /debug/pprof/heap?gc=1:
+//
+//	go build -o /tmp/ose ../cmd/opa-scheduler-extender
+//	go run ./cmd/footprint -policy-set realistic -nodes 5000 -service /tmp/ose
+//
 // It prints a JSON report on stdout and a summary on stderr.
 package main
 
@@ -43,6 +52,8 @@ func run() error {
 	requests := flag.Int("requests", 20, "filter requests sent after loading (replicas of every ReplicaSet, then one-off pods)")
 	seed := flag.Uint64("seed", 1, "seed of the pod stream")
 	memProfile := flag.String("memprofile", "", "write a heap profile, taken after the requests, to this file")
+	service := flag.String("service", "", "measure this opa-scheduler-extender binary instead, run as a process on a policy folder written for it (--policy-dir: the policy set, the namespaces and the nodes as YAML files)")
+	keepDir := flag.String("write-dir", "", "with -service: write the policy folder here and keep it (default: a temporary folder, removed)")
 	flag.StringVar(&d.Library, "library", d.Library, "gatekeeper-library's library/ folder")
 	flag.StringVar(&d.Examples, "examples", d.Examples, "the repository's deploy/examples folder")
 	flag.StringVar(&d.Realistic, "realistic", d.Realistic, "the realistic set's placement templates (bench/testdata/realistic)")
@@ -57,6 +68,9 @@ func run() error {
 	ps, err := perf.LoadSet(d, *set)
 	if err != nil {
 		return err
+	}
+	if *service != "" {
+		return measureService(*service, ps, serviceRun{set: *set, size: size, nodes: *nodes, requests: *requests, seed: *seed, keepDir: *keepDir})
 	}
 	ctx := context.Background()
 	start := time.Now()
@@ -75,28 +89,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	args := perf.NewArgs(*nodes, false)
-	s := perf.NewStream(*seed, 0, 0)
-	client := &http.Client{Timeout: time.Minute}
-	for i := range *requests {
-		var p perf.Pod
-		if i < 2*len(perf.ReplicaSets) {
-			p = s.Replica(i%len(perf.ReplicaSets), i)
-		} else {
-			p = s.OneOff(i)
-		}
-		resp, err := client.Post(base+"/filter", "application/json", bytes.NewReader(args.Build(p)))
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("filter: HTTP %d", resp.StatusCode)
-		}
+	if err := sendFilters(base, *nodes, *requests, *seed); err != nil {
+		return err
 	}
 	rep.Requests = *requests
 	if rep.AfterRequests, err = perf.ReadMemory(); err != nil {
@@ -121,4 +115,33 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "footprint: %s: %d templates, %d constraints, %d %s nodes: VmRSS %.1f MiB after loading, %.1f MiB after %d filter requests (live heap %.1f MiB)\n",
 		rep.PolicySet, rep.Templates, rep.Constraints, rep.Nodes, rep.NodeSize, rep.AfterLoad.RSSMiB, rep.AfterRequests.RSSMiB, rep.Requests, rep.AfterRequests.HeapLiveMiB)
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// sendFilters sends requests filter calls naming nodes nodes, replicas of
+// every ReplicaSet first, then one-off pods, and checks each answer is 200.
+func sendFilters(base string, nodes, requests int, seed uint64) error {
+	args := perf.NewArgs(nodes, false)
+	s := perf.NewStream(seed, 0, 0)
+	client := &http.Client{Timeout: time.Minute}
+	for i := range requests {
+		var p perf.Pod
+		if i < 2*len(perf.ReplicaSets) {
+			p = s.Replica(i%len(perf.ReplicaSets), i)
+		} else {
+			p = s.OneOff(i)
+		}
+		resp, err := client.Post(base+"/filter", "application/json", bytes.NewReader(args.Build(p)))
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("filter: HTTP %d", resp.StatusCode)
+		}
+	}
+	return nil
 }

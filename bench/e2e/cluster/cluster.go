@@ -88,6 +88,7 @@ type Cluster struct {
 	apiStarts  int
 	schedulers []*Scheduler
 	schedSeq   int
+	procSeq    int
 
 	clientOnce sync.Once
 	client     kubernetes.Interface

@@ -63,10 +63,28 @@
 // # Nodes and pods
 //
 //	func FakeNode(name string, labels map[string]string, taints []corev1.Taint) *corev1.Node
+//	func KubeletNode(i int) *corev1.Node          // about 10 KB, as a kubelet on a cloud VM reports it (kubelet.go)
+//	func KubeletNodeName(i int) string            // <pool>-<%05d i>
+//	func KubeletNodePool(i int) string            // one of ten pools: general-a..d, alpha, beta, spot-a, spot-b, alpha-spot, system
+//	func KubeletNodeUnderMaintenance(i int) bool  // every 23rd node: MaintenanceLabel, MaintenanceReasonAnnotation
 //	func (c *Cluster) CreateNodes(ctx context.Context, n int, mk func(i int) *corev1.Node) ([]*corev1.Node, error)
 //	func PausePod(namespace, name string, labels map[string]string) *corev1.Pod
 //	func (c *Cluster) WaitForPod(ctx context.Context, namespace, name string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error)
 //	func (c *Cluster) WaitForPodBound(ctx context.Context, namespace, name string, timeout time.Duration) (*corev1.Pod, error)
+//
+// # The service as a process
+//
+//	func BuildExtender(t testing.TB, dir string) (string, error)  // go build -o dir/opa-scheduler-extender ./cmd/opa-scheduler-extender in the main module
+//	func (c *Cluster) StartProcess(t testing.TB, name, bin string, args ...string) (*Process, error)
+//	func (p *Process) Pid() int
+//	func (p *Process) Exited() (bool, error)
+//	func (p *Process) Stop()                                      // SIGTERM, SIGKILL after 5s; idempotent, also a t.Cleanup
+//	func (p *Process) LogTail(n int) string
+//
+// StartProcess runs any binary like the control plane's processes: log in
+// LogDir/<name>-<n>.log (its tail printed if the test fails), SIGKILL if
+// the test binary dies, stopped through its own PID. BuildExtender always
+// builds (E2E_SKIP_BUILD only concerns the control plane).
 //
 // # Gatekeeper CRDs
 //

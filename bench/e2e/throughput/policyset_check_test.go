@@ -13,34 +13,37 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
 // TestRealisticPolicySet checks the realistic set without a cluster: the
 // whole library plus the five placement templates load into the engine
-// and are all in force, the nodes are kubelet-sized, and every kind of
-// pod realisticPod makes has nodes it may go to (deny constraints and
-// NoSchedule taints considered) in the pools it is meant for.
+// and are all in force, the nodes (cluster.KubeletNode) are
+// kubelet-sized, and every kind of pod policyset.RealisticPod makes has
+// nodes it may go to (deny constraints and NoSchedule taints considered)
+// in the pools it is meant for.
 func TestRealisticPolicySet(t *testing.T) {
-	ex, err := loadPolicySet(setExamples, *library)
+	ex, err := policyset.Load(policyset.Examples, *library)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ex) != 4 || countConstraints(ex) != 4 {
-		t.Errorf("examples: %d templates, %d constraints, want 4 and 4", len(ex), countConstraints(ex))
+	if len(ex) != 4 || policyset.CountConstraints(ex) != 4 {
+		t.Errorf("examples: %d templates, %d constraints, want 4 and 4", len(ex), policyset.CountConstraints(ex))
 	}
-	ps, err := loadPolicySet(setRealistic, *library)
+	ps, err := policyset.Load(policyset.Realistic, *library)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var warn int
 	for _, p := range ps {
-		if strings.HasPrefix(p.source, "library/") && p.constraints[0].GetAnnotations()[opa.ActionAnnotation] == "warn" {
+		if strings.HasPrefix(p.Source, "library/") && p.Constraints[0].GetAnnotations()[opa.ActionAnnotation] == "warn" {
 			warn++
 		}
 	}
-	if warn != len(ps)-realisticPlacementTemplates {
-		t.Errorf("%d of %d library constraints annotated warn", warn, len(ps)-realisticPlacementTemplates)
+	if warn != len(ps)-policyset.RealisticPlacementTemplates {
+		t.Errorf("%d of %d library constraints annotated warn", warn, len(ps)-policyset.RealisticPlacementTemplates)
 	}
 
 	// Node shape.
@@ -48,13 +51,13 @@ func TestRealisticPolicySet(t *testing.T) {
 	var total, minB, maxB, minImg, maxImg int
 	minB, minImg = 1<<30, 1<<30
 	for i := 0; i < n; i++ {
-		b, err := json.Marshal(kubeletNode(i))
+		b, err := json.Marshal(cluster.KubeletNode(i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		total += len(b)
 		minB, maxB = min(minB, len(b)), max(maxB, len(b))
-		k := len(kubeletNode(i).Status.Images)
+		k := len(cluster.KubeletNode(i).Status.Images)
 		minImg, maxImg = min(minImg, k), max(maxImg, k)
 	}
 	t.Logf("kubelet nodes: %d bytes of JSON on average (%d to %d), %d to %d images", total/n, minB, maxB, minImg, maxImg)
@@ -71,8 +74,8 @@ func TestRealisticPolicySet(t *testing.T) {
 	defer e.Close(ctx)
 	var tmpls, cons, inv []opa.Change
 	for _, p := range ps {
-		tmpls = append(tmpls, opa.Change{Object: p.template.DeepCopy()})
-		for _, c := range p.constraints {
+		tmpls = append(tmpls, opa.Change{Object: p.Template.DeepCopy()})
+		for _, c := range p.Constraints {
 			cons = append(cons, opa.Change{Object: c.DeepCopy()})
 		}
 	}
@@ -85,13 +88,13 @@ func TestRealisticPolicySet(t *testing.T) {
 	}
 	const ns = "run-1"
 	nsObj := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kubernetes.io/metadata.name": ns}}}
-	for k, v := range realisticNamespaceLabels {
+	for k, v := range policyset.RealisticNamespaceLabels {
 		nsObj.Labels[k] = v
 	}
 	inv = append(inv, opa.Change{Object: toU(nsObj)})
 	nodes := make([]*corev1.Node, n)
 	for i := range nodes {
-		nodes[i] = kubeletNode(i)
+		nodes[i] = cluster.KubeletNode(i)
 		nodes[i].TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
 		inv = append(inv, opa.Change{Object: toU(nodes[i])})
 	}
@@ -101,19 +104,19 @@ func TestRealisticPolicySet(t *testing.T) {
 		}
 	}
 	st := e.Status()
-	if !loaded(st, len(ps), countConstraints(ps)) {
+	if !policyset.Loaded(st, len(ps), policyset.CountConstraints(ps)) {
 		for _, c := range st.Constraints {
 			if !c.Active || c.Error != "" {
 				t.Errorf("constraint %s/%s not in force: %s", c.Kind, c.Name, c.Error)
 			}
 		}
-		t.Fatalf("%d templates, %d constraints in the engine; want %d, %d, all in force", len(st.Templates), len(st.Constraints), len(ps), countConstraints(ps))
+		t.Fatalf("%d templates, %d constraints in the engine; want %d, %d, all in force", len(st.Templates), len(st.Constraints), len(ps), policyset.CountConstraints(ps))
 	}
 	actions := map[opa.Action]int{}
 	for _, c := range st.Constraints {
 		actions[c.Action]++
 	}
-	t.Logf("realistic set: %d templates, %d constraints, actions %v", len(ps), countConstraints(ps), actions)
+	t.Logf("realistic set: %d templates, %d constraints, actions %v", len(ps), policyset.CountConstraints(ps), actions)
 
 	cands := make([]opa.Candidate, n)
 	for i := range cands {
@@ -125,7 +128,7 @@ func TestRealisticPolicySet(t *testing.T) {
 		"node-agent": {"system"},
 	}
 	for i := 0; i < 8; i++ {
-		pod := realisticPod(ns, i)
+		pod := policyset.RealisticPod(ns, i)
 		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
 		pl, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: toU(pod).Object, Candidates: cands})
 		if err != nil {
@@ -137,7 +140,7 @@ func TestRealisticPolicySet(t *testing.T) {
 			if !tolerated(pod, node) {
 				continue
 			}
-			pool := pools[j%len(pools)].name
+			pool := cluster.KubeletNodePool(j)
 			if pl.Denied(j) {
 				denied[pool] = true
 			} else {

@@ -9,9 +9,10 @@
 // whole Gatekeeper library (every template with its first sample
 // constraint, made warn here by the opa-scheduler-extender/enforcement-action
 // annotation) plus the five placement templates of bench/testdata/realistic
-// (three deny, two warn), on kubelet-sized nodes (about 10 KB each, in the
-// ten pools of bench/perf), with pods that tolerate spot capacity or use
-// the host network where the deny templates allow it (see realisticPod).
+// (three deny, two warn), on kubelet-sized nodes (cluster.KubeletNode:
+// about 10 KB each, in the ten pools of bench/perf), with pods that
+// tolerate spot capacity or use the host network where the deny templates
+// allow it (policyset.RealisticPod).
 //
 // Speed is measured, not asserted: the test fails only if pods are not
 // all bound. The default `go test ./...` run is small; the figures in
@@ -33,7 +34,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +46,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/server"
@@ -56,8 +57,8 @@ var (
 	numPods   = flag.Int("pods", 300, "pending pods per run")
 	fullPods  = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
 	outFile   = flag.String("out", "", "write the results as JSON to this file")
-	policySet = flag.String("policy-set", setExamples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
-	library   = flag.String("library", filepath.Join("..", "..", "..", "..", "shared", "gatekeeper-library", "library"), "the gatekeeper-library's library/ folder (-policy-set realistic)")
+	policySet = flag.String("policy-set", policyset.Examples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
+	library   = flag.String("library", policyset.DefaultLibraryDir(), "the gatekeeper-library's library/ folder (-policy-set realistic)")
 )
 
 type result struct {
@@ -84,11 +85,11 @@ func delta(a, b opa.Stats) *engineDelta {
 
 func TestSchedulerThroughput(t *testing.T) {
 	set := *policySet
-	ps, err := loadPolicySet(set, *library)
+	ps, err := policyset.Load(set, *library)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("policy set %s: %d templates, %d constraints", set, len(ps), countConstraints(ps))
+	t.Logf("policy set %s: %d templates, %d constraints", set, len(ps), policyset.CountConstraints(ps))
 	testStart := time.Now()
 	c := cluster.Start(t, cluster.Options{})
 	ctx := context.Background()
@@ -110,11 +111,11 @@ func TestSchedulerThroughput(t *testing.T) {
 	}
 	var nsLabels map[string]string
 	nodeKind := "fake"
-	if set == setRealistic {
-		mkNode, mkPod, nsLabels, nodeKind = kubeletNode, realisticPod, realisticNamespaceLabels, "kubelet"
+	if set == policyset.Realistic {
+		mkNode, mkPod, nsLabels, nodeKind = cluster.KubeletNode, policyset.RealisticPod, policyset.RealisticNamespaceLabels, "kubelet"
 		var total int
 		for i := 0; i < 20; i++ {
-			b, _ := json.Marshal(kubeletNode(i))
+			b, _ := json.Marshal(cluster.KubeletNode(i))
 			total += len(b)
 		}
 		t.Logf("kubelet-sized nodes: %d bytes of JSON on average (first 20)", total/20)
@@ -128,12 +129,12 @@ func TestSchedulerThroughput(t *testing.T) {
 	// The service, with the policy set's templates and constraints, synced
 	// from the cluster as in production.
 	start = time.Now()
-	if err := installPolicies(ctx, c, ps); err != nil {
+	if err := policyset.Install(ctx, c, ps); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d templates and %d constraints created in %v", len(ps), countConstraints(ps), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d templates and %d constraints created in %v", len(ps), policyset.CountConstraints(ps), time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	svcURL, engine := startService(t, c, len(ps), countConstraints(ps))
+	svcURL, engine := startService(t, c, len(ps), policyset.CountConstraints(ps))
 	t.Logf("service ready in %v", time.Since(start).Round(time.Millisecond))
 	noopURL := startNoop(t)
 
@@ -196,7 +197,7 @@ func TestSchedulerThroughput(t *testing.T) {
 				r.Engine = delta(before, after)
 				evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
 			}
-			if set == setRealistic {
+			if set == policyset.Realistic {
 				// Where the pods went: with the service, none may be where
 				// a deny placement constraint forbids it.
 				pl, off := placementSummary(bound)
@@ -233,7 +234,7 @@ func TestSchedulerThroughput(t *testing.T) {
 			"nodes":       *numNodes,
 			"nodeKind":    nodeKind,
 			"templates":   len(ps),
-			"constraints": countConstraints(ps),
+			"constraints": policyset.CountConstraints(ps),
 			"results":     results,
 			"engine":      map[string]uint64{"evaluations": st.Evaluations, "memoHits": st.MemoHits, "memoMisses": st.MemoMisses, "evalErrors": st.EvalErrors},
 		}, "", "  ")
@@ -324,26 +325,15 @@ func startService(t *testing.T, c *cluster.Cluster, wantTemplates, wantConstrain
 		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if st := engine.Status(); resp.StatusCode == 200 && loaded(st, wantTemplates, wantConstraints) && st.Inventory["v1/Node"] == *numNodes {
+			if st := engine.Status(); resp.StatusCode == 200 && policyset.Loaded(st, wantTemplates, wantConstraints) && st.Inventory["v1/Node"] == *numNodes {
 				return url, engine
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	st := engine.Status()
-	var bad []string
-	for _, ts := range st.Templates {
-		if !ts.Active || ts.Error != "" {
-			bad = append(bad, fmt.Sprintf("template %s: active %v, %s", ts.Name, ts.Active, ts.Error))
-		}
-	}
-	for _, cs := range st.Constraints {
-		if !cs.Active || cs.Error != "" {
-			bad = append(bad, fmt.Sprintf("constraint %s/%s: active %v, %s", cs.Kind, cs.Name, cs.Active, cs.Error))
-		}
-	}
 	t.Fatalf("service not ready: %d of %d templates, %d of %d constraints, inventory %v; not in force:\n%s",
-		len(st.Templates), wantTemplates, len(st.Constraints), wantConstraints, st.Inventory, strings.Join(bad, "\n"))
+		len(st.Templates), wantTemplates, len(st.Constraints), wantConstraints, st.Inventory, strings.Join(policyset.NotInForce(st), "\n"))
 	return "", nil
 }
 
@@ -380,23 +370,4 @@ func startNoop(t *testing.T) string {
 	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close(); wg.Wait() })
 	return "http://" + ln.Addr().String()
-}
-
-// loaded reports whether the engine holds want templates and constraints,
-// all in force without errors.
-func loaded(st opa.Status, wantTemplates, wantConstraints int) bool {
-	if len(st.Templates) != wantTemplates || len(st.Constraints) != wantConstraints {
-		return false
-	}
-	for _, ts := range st.Templates {
-		if !ts.Active || ts.Error != "" {
-			return false
-		}
-	}
-	for _, cs := range st.Constraints {
-		if !cs.Active || cs.Error != "" {
-			return false
-		}
-	}
-	return true
 }
