@@ -8,7 +8,7 @@ COPY cmd ./cmd
 COPY opa ./opa
 COPY server ./server
 ARG VERSION=dev
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" \
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
     -o /out/opa-scheduler-extender ./cmd/opa-scheduler-extender
 
 FROM gcr.io/distroless/static-debian12:nonroot

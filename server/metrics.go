@@ -57,7 +57,7 @@ type metrics struct {
 	evaluatedBy map[string]prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string, build BuildInfo) (*metrics, error) {
 	m := &metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: MetricsNamespace,
@@ -113,6 +113,20 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 		ConstLabels: prometheus.Labels{"enforcement_point": enforcementPoint},
 	})
 	info.Set(1)
+	unknown := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: MetricsNamespace,
+		Name:      "build_info",
+		Help:      "Constant 1, labelled with the version, VCS revision and Go version of the binary.",
+		ConstLabels: prometheus.Labels{"version": unknown(build.Version), "revision": unknown(build.Revision),
+			"goversion": unknown(build.GoVersion)},
+	})
+	buildInfo.Set(1)
 
 	// Initialise every bounded series so that rates start at zero.
 	for _, v := range verbs {
@@ -129,7 +143,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 	}
 
 	for _, c := range []prometheus.Collector{
-		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, info,
+		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, info, buildInfo,
 		newPolicyCollector(policy),
 	} {
 		if err := reg.Register(c); err != nil {

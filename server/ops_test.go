@@ -124,6 +124,7 @@ func TestMetrics(t *testing.T) {
 		`opa_scheduler_extender_inventory_objects{group_version="apps/v1",kind="Deployment"} 1`,
 		`opa_scheduler_extender_handler_panics_total 0`,
 		`opa_scheduler_extender_info{enforcement_point="opa-scheduler-extender"} 1`,
+		`opa_scheduler_extender_build_info{goversion="unknown",revision="unknown",version="unknown"} 1`,
 		`# TYPE opa_scheduler_extender_evaluations_total counter`,
 		`# TYPE opa_scheduler_extender_policy_generation gauge`,
 		"go_goroutines ",

@@ -132,4 +132,13 @@ type Options struct {
 	// otherwise use it: the engine is configured with it separately.
 	// Empty means opa.DefaultEnforcementPoint.
 	EnforcementPoint string
+
+	// Build names the binary serving, for the opa_scheduler_extender_build_info
+	// metric (empty fields are reported as "unknown").
+	Build BuildInfo
+}
+
+// BuildInfo is what the build_info metric says of the binary.
+type BuildInfo struct {
+	Version, Revision, GoVersion string
 }

@@ -109,7 +109,7 @@ func New(opts Options) (*Server, error) {
 			s.checks = append(s.checks, c)
 		}
 	}
-	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint)
+	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint, opts.Build)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -16,6 +18,7 @@ const usage = `opa-scheduler-extender: a kube-scheduler extender that decides pl
 Usage:
   opa-scheduler-extender [serve] [flags]   run the extender (the default command)
   opa-scheduler-extender verify PATH...    run Gatekeeper suite.yaml tests against the engine
+  opa-scheduler-extender version           print the version (also: --version)
 
 Run "opa-scheduler-extender serve --help" or "opa-scheduler-extender verify --help" for flags.
 `
@@ -23,20 +26,35 @@ Run "opa-scheduler-extender serve --help" or "opa-scheduler-extender verify --he
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:]))
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(ctx context.Context, args []string) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "verify" || args[0] == "help") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve", "verify", "help", "version":
+			cmd, args = args[0], args[1:]
+		case "--version", "-version":
+			cmd, args = "version", args[1:]
+		case "-h", "--help":
+			cmd = "help"
+		default:
+			if !strings.HasPrefix(args[0], "-") {
+				fmt.Fprintf(stderr, "opa-scheduler-extender: unknown command %q\n\n%s", args[0], usage)
+				return 2
+			}
+		}
 	}
 	switch cmd {
 	case "verify":
-		return runVerify(ctx, args, os.Stdout, os.Stderr)
+		return runVerify(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Print(usage)
+		fmt.Fprint(stderr, usage)
+		return 0
+	case "version":
+		printVersion(stdout)
 		return 0
 	}
-	return runServe(ctx, args, os.Stderr)
+	return runServe(ctx, args, stdout, stderr)
 }

@@ -83,7 +83,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) int {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -92,11 +92,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprint(stderr, serveHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if *showVersion {
+		printVersion(stdout)
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "serve: unexpected arguments %v\n", fs.Args())
@@ -207,6 +209,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		DisableDebug:         f.disableDebug,
 		EnablePprof:          f.enablePprof,
 		EnforcementPoint:     f.enforcementPoint,
+		Build:                buildInfo(),
 	}
 	var debugSources []func() any
 	if f.policyDir != "" {
@@ -247,6 +250,6 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("serving", "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
+	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
 	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
 }

@@ -39,11 +39,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(stderr, verifyHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == pflag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestCommandLine: every way of starting the binary wrong says so on
+// stderr (a pod's logs), with the usage, and exits 2.
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // substring expected on stdout
+		stderr []string
+	}{
+		{name: "mistyped flag", args: []string{"--polcy-dir", "x"}, code: 2, stderr: []string{"serve: unknown flag: --polcy-dir", "Usage: opa-scheduler-extender [serve]", "--policy-dir string"}},
+		{name: "mistyped flag of serve", args: []string{"serve", "--listen"}, code: 2, stderr: []string{"serve: flag needs an argument: --listen", "Flags:"}},
+		{name: "bad value", args: []string{"serve", "--request-timeout", "soon"}, code: 2, stderr: []string{"invalid argument \"soon\"", "--request-timeout"}},
+		{name: "mistyped flag of verify", args: []string{"verify", "--rnu", "x"}, code: 2, stderr: []string{"verify: unknown flag: --rnu", "Usage: opa-scheduler-extender verify"}},
+		{name: "unknown command", args: []string{"sreve"}, code: 2, stderr: []string{`unknown command "sreve"`, "Usage:"}},
+		{name: "stray argument", args: []string{"serve", "extra"}, code: 2, stderr: []string{"unexpected arguments [extra]"}},
+		{name: "version flag", args: []string{"--version"}, code: 0, stdout: "opa-scheduler-extender "},
+		{name: "version command", args: []string{"version"}, code: 0, stdout: "(revision "},
+		{name: "version of serve", args: []string{"serve", "--version"}, code: 0, stdout: "opa-scheduler-extender "},
+		{name: "help", args: []string{"--help"}, code: 0, stderr: []string{"Usage:", "verify PATH"}},
+		{name: "help of serve", args: []string{"serve", "--help"}, code: 0, stderr: []string{"--policy-dir string"}},
+		{name: "nothing to enforce", args: []string{"serve", "--no-cluster"}, code: 1, stderr: []string{"nothing to enforce"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d (stderr: %s)", code, tc.code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tc.stdout) {
+				t.Errorf("stdout %q, want it to contain %q", stdout.String(), tc.stdout)
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+				}
+			}
+			if tc.code == 2 && stdout.Len() > 0 {
+				t.Errorf("a usage error wrote to stdout: %s", stdout.String())
+			}
+		})
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	old := version
+	defer func() { version = old }()
+	version = "v9.9.9"
+	if b := buildInfo(); b.Version != "v9.9.9" || !strings.HasPrefix(b.GoVersion, "go") {
+		t.Errorf("build info %+v, want the version set at build time and the Go version", b)
+	}
+}
