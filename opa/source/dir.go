@@ -5,8 +5,10 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -45,11 +47,16 @@ type Dir struct {
 	files  map[string]*fileState
 	synced bool
 	last   time.Time
+	// verified is when a scan last compared every file's content.
+	verified       time.Time
+	verifyInterval time.Duration
 }
 
 type fileState struct {
+	info    os.FileInfo
 	modTime time.Time
 	size    int64
+	sum     [sha256.Size]byte // of the file's bytes
 	// objects are what the file held when it last parsed, as digests: the
 	// engine keeps the objects themselves, and a folder of 5000 Nodes
 	// would otherwise be held twice (as unstructured maps, several times
@@ -86,8 +93,16 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 // DirOptions configure a Dir.
 type DirOptions struct {
 	// Interval between scans (default 250ms: changes apply within a second).
+	// A scan reads the files whose modification time, size or identity
+	// changed.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// VerifyInterval is how often a scan reads every file and compares
+	// content, for changes that keep the modification time and size (a
+	// copy that preserves times, a same-size rewrite within the file
+	// system's time granularity). Default 10s; the cost is reading the
+	// folder once per interval.
+	VerifyInterval time.Duration
+	Logger         *slog.Logger
 }
 
 // NewDir makes a folder source; Run starts it.
@@ -98,7 +113,10 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dir{root: root, applier: applier, interval: opts.Interval, log: opts.Logger, files: map[string]*fileState{}}
+	if opts.VerifyInterval <= 0 {
+		opts.VerifyInterval = 10 * time.Second
+	}
+	return &Dir{root: root, applier: applier, interval: opts.Interval, verifyInterval: opts.VerifyInterval, log: opts.Logger, files: map[string]*fileState{}}
 }
 
 // Sync scans the folder once and applies the changes. It returns an error
@@ -117,7 +135,11 @@ func (d *Dir) Sync(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sc := &scan{dir: d, ctx: ctx, present: map[string]bool{}, changed: map[string]map[objectKey]digest{}}
+	sc := &scan{dir: d, ctx: ctx, present: map[string]bool{}, changed: map[string]map[objectKey]digest{},
+		verify: time.Since(d.verified) >= d.verifyInterval}
+	if sc.verify {
+		d.verified = time.Now()
+	}
 	for _, p := range paths {
 		sc.file(p)
 	}
@@ -137,12 +159,18 @@ type scan struct {
 	present map[string]bool
 	// changed holds what every changed file holds now (nothing for a
 	// file that is gone).
-	changed   map[string]map[objectKey]digest
+	changed map[string]map[objectKey]digest
+	// verify: read every file and compare content, whatever its
+	// modification time says (once every DirOptions.VerifyInterval).
+	verify    bool
 	policies  []opa.Change // applied at the end
 	inventory []opa.Change // applied every inventoryChunk
 }
 
-// file reads one file if it changed since the last scan.
+// file reads one file if it may have changed since the last scan: its
+// modification time, size or identity (a link moved to another file)
+// changed, or the scan verifies content. It is parsed again only when its
+// content did change.
 func (sc *scan) file(p string) {
 	d := sc.dir
 	sc.present[p] = true
@@ -151,16 +179,25 @@ func (sc *scan) file(p string) {
 		return // removed while scanning: the next scan sees it
 	}
 	st := d.files[p]
-	if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() {
+	if st != nil && !sc.verify && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
 		return
 	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return // removed or unreadable for now: the next scan sees it
+	}
+	sum := sha256.Sum256(data)
 	if st == nil {
 		st = &fileState{objects: map[objectKey]digest{}}
 		d.files[p] = st
+	} else if st.sum == sum {
+		st.info, st.modTime, st.size = info, info.ModTime(), info.Size()
+		return // touched, not changed
 	}
-	st.modTime, st.size = info.ModTime(), info.Size()
-	objs, err := ReadFile(p)
+	st.info, st.modTime, st.size, st.sum = info, info.ModTime(), info.Size(), sum
+	objs, err := ReadObjects(bytes.NewReader(data))
 	if err != nil {
+		err = fmt.Errorf("%s: %w", p, err)
 		st.err = err
 		d.log.Warn("policy file does not parse; its last good objects stay in force", "file", p, "err", err)
 		return
@@ -330,27 +367,57 @@ func (d *Dir) FileErrors() int {
 	return n
 }
 
+// yamlFiles lists the YAML and JSON files below root, following symbolic
+// links to folders and files (git-sync points a link at each checkout; a
+// ConfigMap volume links every key through "..data"), the root included.
+// Hidden entries and testdata folders are skipped; a folder reached twice
+// through links is read once.
 func yamlFiles(root string) ([]string, error) {
 	var out []string
-	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+	seen := map[string]bool{}
+	var walk func(dir string, top bool) error
+	walk = func(dir string, top bool) error {
+		real, err := filepath.EvalSymlinks(dir)
 		if err != nil {
 			return err
 		}
-		name := e.Name()
-		if e.IsDir() {
-			if path != root && (name == "testdata" || strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
+		if seen[real] {
+			return nil // a link loop, or two links to one folder
+		}
+		seen[real] = true
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			if !top && errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while scanning: the next scan sees it
 			}
-			return nil
+			return err
 		}
-		if strings.HasPrefix(name, ".") {
-			return nil // editor swap files and the like
-		}
-		if strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json") {
-			out = append(out, path)
+		for _, e := range entries {
+			name, path := e.Name(), filepath.Join(dir, e.Name())
+			if strings.HasPrefix(name, ".") {
+				continue // hidden: editor swap files, a ConfigMap's ..data
+			}
+			isDir := e.IsDir()
+			if e.Type()&fs.ModeSymlink != 0 {
+				info, err := os.Stat(path)
+				if err != nil {
+					continue // a dangling link
+				}
+				isDir = info.IsDir()
+			}
+			switch {
+			case isDir && name == "testdata":
+			case isDir:
+				if err := walk(path, false); err != nil {
+					return err
+				}
+			case strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json"):
+				out = append(out, path)
+			}
 		}
 		return nil
-	})
+	}
+	err := walk(root, true)
 	sort.Strings(out)
 	return out, err
 }

@@ -209,3 +209,143 @@ func TestDirSyncBoundsBatches(t *testing.T) {
 		t.Errorf("batches %v, want %v", rec.batches, want)
 	}
 }
+
+// TestDirFollowsLinks: the layouts policy folders come in. git-sync points
+// a link at the checkout; a ConfigMap volume links each key through a
+// hidden "..data" link that is swapped on update; folders may link to
+// others, in loops too.
+func TestDirFollowsLinks(t *testing.T) {
+	link := func(t *testing.T, target, name string) {
+		t.Helper()
+		if err := os.Symlink(target, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		layout func(t *testing.T, base string) (root string)
+		want   string
+		update func(t *testing.T, base string) // then want2
+		want2  string
+	}{
+		{
+			name: "root is a link (git-sync)",
+			layout: func(t *testing.T, base string) string {
+				write(t, filepath.Join(base, "rev1", "nodes.yaml"), nodeYAML("a", "1"))
+				link(t, "rev1", filepath.Join(base, "current"))
+				return filepath.Join(base, "current")
+			},
+			want: "Node/a=1",
+			update: func(t *testing.T, base string) {
+				write(t, filepath.Join(base, "rev2", "nodes.yaml"), nodeYAML("a", "2")+"---\n"+nodeYAML("b", "2"))
+				link(t, "rev2", filepath.Join(base, "next"))
+				if err := os.Rename(filepath.Join(base, "next"), filepath.Join(base, "current")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want2: "Node/a=2,Node/b=2",
+		},
+		{
+			name: "ConfigMap volume",
+			layout: func(t *testing.T, base string) string {
+				root := filepath.Join(base, "volume")
+				write(t, filepath.Join(root, "..2026_12_01_1", "nodes.yaml"), nodeYAML("a", "1"))
+				link(t, "..2026_12_01_1", filepath.Join(root, "..data"))
+				link(t, filepath.Join("..data", "nodes.yaml"), filepath.Join(root, "nodes.yaml"))
+				return root
+			},
+			want: "Node/a=1",
+			update: func(t *testing.T, base string) {
+				root := filepath.Join(base, "volume")
+				// Same size, so only the file's identity tells the change.
+				write(t, filepath.Join(root, "..2026_12_01_2", "nodes.yaml"), nodeYAML("a", "2"))
+				link(t, "..2026_12_01_2", filepath.Join(root, "..data_tmp"))
+				if err := os.Rename(filepath.Join(root, "..data_tmp"), filepath.Join(root, "..data")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want2: "Node/a=2",
+		},
+		{
+			name: "linked folders and a loop",
+			layout: func(t *testing.T, base string) string {
+				root := filepath.Join(base, "root")
+				write(t, filepath.Join(base, "shared", "nodes.yaml"), nodeYAML("s", "1"))
+				write(t, filepath.Join(root, "own.yaml"), nodeYAML("o", "1"))
+				link(t, filepath.Join(base, "shared"), filepath.Join(root, "shared"))
+				link(t, root, filepath.Join(base, "shared", "back")) // root/shared/back -> root
+				link(t, "missing", filepath.Join(root, "dangling.yaml"))
+				return root
+			},
+			want: "Node/o=1,Node/s=1",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			rec := &recorder{objects: map[string]string{}}
+			d := NewDir(tc.layout(t, base), rec, DirOptions{})
+			if err := d.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.keys(); got != tc.want {
+				t.Fatalf("loaded %q, want %q", got, tc.want)
+			}
+			if tc.update == nil {
+				return
+			}
+			tc.update(t, base)
+			if err := d.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.keys(); got != tc.want2 {
+				t.Errorf("after the update %q, want %q", got, tc.want2)
+			}
+		})
+	}
+}
+
+// TestDirSeesContentChanges: a rewrite that keeps size and modification
+// time is found by the scan that verifies content; a touch that changes
+// nothing applies nothing.
+func TestDirSeesContentChanges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodes.yaml")
+	write(t, path, nodeYAML("a", "1"))
+	info, _ := os.Stat(path)
+	rec := &recorder{objects: map[string]string{}}
+	d := NewDir(dir, rec, DirOptions{VerifyInterval: time.Hour})
+	ctx := context.Background()
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batches := rec.batches
+
+	// Touched: a new modification time, the same bytes.
+	later := info.ModTime().Add(time.Minute)
+	_ = os.Chtimes(path, later, later)
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec.batches != batches {
+		t.Error("a touched file was applied again")
+	}
+
+	// Rewritten in place with the same size and time (rsync -t, tar -x).
+	if err := os.WriteFile(path, []byte(nodeYAML("a", "2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chtimes(path, later, later)
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=1" {
+		t.Fatalf("a scan that does not verify content read the file: %s", got)
+	}
+	d.verified = time.Time{} // the verify interval has passed
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.keys(); got != "Node/a=2" {
+		t.Errorf("the verifying scan missed the rewrite: %s", got)
+	}
+}
