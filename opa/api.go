@@ -178,7 +178,12 @@ type ConstraintStatus struct {
 	// Action at this enforcement point; empty when the constraint does not
 	// apply here (scoped to other points).
 	Action Action `json:"action,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// Error is why the newest version was refused (an older one may be in
+	// force: Active).
+	Error string `json:"error,omitempty"`
+	// Inactive says why a constraint with no error of its own is not in
+	// force (its template is not).
+	Inactive string `json:"inactive,omitempty"`
 	// ObservedGeneration is metadata.generation of the version in force.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// PerPod, Memoised and Reads are as for templates, with this

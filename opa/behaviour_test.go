@@ -129,7 +129,7 @@ func TestConstraintWaitsForItsTemplate(t *testing.T) {
 	e := newEngine(t, opa.Options{})
 	apply(t, e, constraintObj(t, "K8sNodeLabel", "need-ssd", map[string]any{"key": "disk", "value": "ssd"}), node("n1", nil))
 	st := e.Status()
-	if len(st.Constraints) != 1 || st.Constraints[0].Active || !strings.Contains(st.Constraints[0].Error, "no ConstraintTemplate") {
+	if len(st.Constraints) != 1 || st.Constraints[0].Active || !strings.Contains(st.Constraints[0].Inactive, "no ConstraintTemplate") || st.Constraints[0].Error != "" {
 		t.Fatalf("constraint status = %+v", st.Constraints)
 	}
 	if v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1"}}); strings.Contains(v[0], "need-ssd") {

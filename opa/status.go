@@ -59,7 +59,7 @@ func (e *Engine) Status() Status {
 			cs.Action = st.current.action
 			cs.ObservedGeneration = st.current.generation
 			if !cs.Active && cs.Error == "" {
-				cs.Error = "no ConstraintTemplate in force defines kind " + key.Kind
+				cs.Inactive = "no ConstraintTemplate in force defines kind " + key.Kind
 			}
 		}
 		s.Constraints = append(s.Constraints, cs)

@@ -58,6 +58,16 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(&lines, "[-]check %d waiting for: %s\n", i+1, what)
 		}
 	}
+	// The policy set's health is always ready (see policyhealth.go); what
+	// it says is a warning.
+	if _, what := s.policyHealth(); what != "" {
+		notes = append(notes, what)
+		if verbose {
+			fmt.Fprintf(&lines, "[+]policies ok: %s\n", what)
+		}
+	} else if verbose {
+		lines.WriteString("[+]policies ok\n")
+	}
 	if len(waiting) == 0 {
 		if verbose {
 			lines.WriteString("readyz check passed\n")

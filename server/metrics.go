@@ -252,6 +252,7 @@ type policyCollector struct {
 	memoResults, memoBytes, memoRotations         *prometheus.Desc
 	compileErrors, constraintErrors               *prometheus.Desc
 	generation, lastApply, inventory              *prometheus.Desc
+	templates, constraints                        *prometheus.Desc
 }
 
 func newPolicyCollector(p Policy) *policyCollector {
@@ -272,6 +273,8 @@ func newPolicyCollector(p Policy) *policyCollector {
 		generation:       d("policy_generation", "Generation of the policy set in force."),
 		lastApply:        d("last_policy_apply_timestamp_seconds", "Unix time of the last successful policy or inventory change (0 before the first)."),
 		inventory:        d("inventory_objects", "Objects in the engine's inventory (data.inventory), by group_version and kind.", "group_version", "kind"),
+		templates:        d("constraint_templates", "ConstraintTemplates by status: active (newest version in force), error (newest version refused), inactive.", "status"),
+		constraints:      d("constraints", "Constraints by enforcement action here (none: scoped to other enforcement points) and status: active, error (refused), inactive (no template in force).", "enforcement_action", "status"),
 	}
 }
 
@@ -279,7 +282,7 @@ func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
 		c.memoResults, c.memoBytes, c.memoRotations,
-		c.constraintErrors, c.generation, c.lastApply, c.inventory,
+		c.constraintErrors, c.generation, c.lastApply, c.inventory, c.templates, c.constraints,
 	} {
 		ch <- d
 	}
@@ -306,9 +309,38 @@ func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.lastApply, prometheus.GaugeValue, last)
 
-	for key, n := range c.policy.Status().Inventory {
+	status := c.policy.Status()
+	for key, n := range status.Inventory {
 		gv, kind := splitInventoryKey(key)
 		ch <- prometheus.MustNewConstMetric(c.inventory, prometheus.GaugeValue, float64(n), gv, kind)
+	}
+	c.collectHealth(ch, status)
+}
+
+// collectHealth writes the template and constraint gauges, every series
+// always present (zero included) so that alerts on them need no absent().
+func (c *policyCollector) collectHealth(ch chan<- prometheus.Metric, status opa.Status) {
+	statuses := []string{statusActive, statusError, statusInactive}
+	templates := map[string]int{}
+	for _, t := range status.Templates {
+		templates[templateHealth(t)]++
+	}
+	for _, s := range statuses {
+		ch <- prometheus.MustNewConstMetric(c.templates, prometheus.GaugeValue, float64(templates[s]), s)
+	}
+	type key struct{ action, status string }
+	constraints := map[key]int{}
+	for _, k := range status.Constraints {
+		action := string(k.Action)
+		if action == "" {
+			action = "none"
+		}
+		constraints[key{action, constraintHealth(k)}]++
+	}
+	for _, a := range []string{string(opa.Deny), string(opa.Warn), string(opa.DryRun), "none"} {
+		for _, s := range statuses {
+			ch <- prometheus.MustNewConstMetric(c.constraints, prometheus.GaugeValue, float64(constraints[key{a, s}]), a, s)
+		}
 	}
 }
 

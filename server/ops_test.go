@@ -46,10 +46,10 @@ func TestHealth(t *testing.T) {
 	check("/readyz", 503, "not ready: waiting for templates to sync, node inventory to sync\n")
 	templates.Store(true)
 	check("/readyz", 503, "not ready: waiting for node inventory to sync\n")
-	check("/readyz?verbose", 503, "[+]check 1 ok\n[-]check 2 waiting for: node inventory to sync\nreadyz check failed\n")
+	check("/readyz?verbose", 503, "[+]check 1 ok\n[-]check 2 waiting for: node inventory to sync\n[+]policies ok\nreadyz check failed\n")
 	inventory.Store(true)
 	check("/readyz", 200, "ok\nwarning: answering from a stale inventory\n")
-	check("/readyz?verbose", 200, "[+]check 1 ok\n[+]check 2 ok: answering from a stale inventory\nreadyz check passed\n")
+	check("/readyz?verbose", 200, "[+]check 1 ok\n[+]check 2 ok: answering from a stale inventory\n[+]policies ok\nreadyz check passed\n")
 
 	var late atomic.Bool
 	s.AddReadinessCheck(func() (bool, string) { return late.Load(), "" })

@@ -47,7 +47,9 @@ type Server struct {
 	clientCertRequired atomic.Bool
 
 	checksMu sync.RWMutex
-	checks   []ReadinessCheck
+	// policyHealth reports templates and constraints not in force.
+	policyHealth func() (bool, string)
+	checks       []ReadinessCheck
 }
 
 // New checks the options, registers the metrics and builds the router.
@@ -109,6 +111,7 @@ func New(opts Options) (*Server, error) {
 			s.checks = append(s.checks, c)
 		}
 	}
+	s.policyHealth = policyHealth(s.policy)
 	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint, opts.Build)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,10 @@ type Dir struct {
 	files  map[string]*fileState
 	synced bool
 	last   time.Time
+	// scanErr is why the last scan could not list the folder, since
+	// scanFailed; nil when it could.
+	scanErr    error
+	scanFailed time.Time
 	// verified is when a scan last compared every file's content.
 	verified       time.Time
 	verifyInterval time.Duration
@@ -130,11 +134,16 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 // set changes in one step.
 func (d *Dir) Sync(ctx context.Context) error {
 	paths, err := yamlFiles(d.root)
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", d.root, err)
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err != nil {
+		if d.scanErr == nil {
+			d.scanFailed = time.Now()
+		}
+		d.scanErr = fmt.Errorf("scan %s: %w", d.root, err)
+		return d.scanErr
+	}
+	d.scanErr = nil
 	sc := &scan{dir: d, ctx: ctx, present: map[string]bool{}, changed: map[string]map[objectKey]digest{},
 		verify: time.Since(d.verified) >= d.verifyInterval}
 	if sc.verify {
@@ -314,14 +323,40 @@ func (d *Dir) Run(ctx context.Context) {
 	}
 }
 
-// Ready reports whether the folder has been read once.
+// Ready reports whether the folder has been read once. Once it has, it
+// stays ready (the objects read stay in force) and says what is wrong: a
+// folder that can no longer be listed, files that do not parse, a folder
+// that holds nothing.
 func (d *Dir) Ready() (bool, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.synced {
+		if d.scanErr != nil {
+			return false, "policy folder: " + d.scanErr.Error()
+		}
 		return false, "policy folder " + d.root + " not read yet"
 	}
-	return true, ""
+	var notes []string
+	if d.scanErr != nil {
+		notes = append(notes, fmt.Sprintf("policy folder unreadable since %s, serving what it held then: %v", d.scanFailed.Format(time.RFC3339), d.scanErr))
+	}
+	objects := 0
+	var broken []string
+	for p, st := range d.files {
+		objects += len(st.objects)
+		if st.err != nil {
+			broken = append(broken, p)
+		}
+	}
+	if len(broken) > 0 {
+		sort.Strings(broken)
+		first := d.files[broken[0]].err
+		notes = append(notes, fmt.Sprintf("%d policy files do not parse, their last good objects stay in force (first: %v)", len(broken), first))
+	}
+	if objects == 0 && d.scanErr == nil {
+		notes = append(notes, "policy folder "+d.root+" holds no objects: nothing is enforced from it")
+	}
+	return true, strings.Join(notes, "; ")
 }
 
 // FileStatus is one file of the folder.

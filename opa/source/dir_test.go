@@ -349,3 +349,55 @@ func TestDirSeesContentChanges(t *testing.T) {
 		t.Errorf("the verifying scan missed the rewrite: %s", got)
 	}
 }
+
+func TestDirReadiness(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "policies")
+	rec := &recorder{objects: map[string]string{}}
+	d := NewDir(root, rec, DirOptions{})
+	ctx := context.Background()
+	ready := func(wantReady bool, wantNote string) {
+		t.Helper()
+		ok, note := d.Ready()
+		if ok != wantReady || !strings.Contains(note, wantNote) || (wantNote == "" && note != "") {
+			t.Errorf("Ready() = %v, %q; want %v, a note with %q", ok, note, wantReady, wantNote)
+		}
+	}
+	if err := d.Sync(ctx); err == nil {
+		t.Fatal("a missing folder synced without an error")
+	}
+	ready(false, "no such file or directory")
+
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "holds no objects: nothing is enforced from it")
+
+	write(t, filepath.Join(root, "nodes.yaml"), nodeYAML("a", "1"))
+	write(t, filepath.Join(root, "broken.yaml"), "kind: [")
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "1 policy files do not parse, their last good objects stay in force (first: "+filepath.Join(root, "broken.yaml"))
+
+	write(t, filepath.Join(root, "broken.yaml"), nodeYAML("b", "1"))
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "")
+
+	// The folder goes away: what it held stays, readiness says since when.
+	if err := os.Rename(root, root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(ctx); err == nil {
+		t.Fatal("a vanished folder synced without an error")
+	}
+	ready(true, "policy folder unreadable since ")
+	if got := rec.keys(); got != "Node/a=1,Node/b=1" {
+		t.Errorf("a vanished folder changed the engine: %s", got)
+	}
+}
