@@ -37,7 +37,7 @@ type ListenConfig struct {
 }
 
 // certReloadInterval is how often the serving pair's files are checked.
-const certReloadInterval = 10 * time.Second
+var certReloadInterval = 10 * time.Second // a variable for tests
 
 // Serve listens on cfg.Addr and serves the Handler over HTTP, or HTTPS when
 // a certificate is configured, until ctx is cancelled; it then stops
@@ -145,15 +145,20 @@ func (s *Server) tlsConfig(cfg ListenConfig) (*tls.Config, error) {
 		GetCertificate: kp.GetCertificate,
 	}
 	if cfg.ClientCAFile != "" {
-		pem, err := os.ReadFile(cfg.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("server: reading client CA: %w", err)
+		ca := &caReloader{file: cfg.ClientCAFile, interval: certReloadInterval, log: s.log}
+		if err := ca.load(); err != nil {
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("server: client CA file %s holds no PEM certificate", cfg.ClientCAFile)
+		conf.ClientCAs = ca.pool
+		// Each handshake verifies against the CA file as it is now (checked
+		// every certReloadInterval): rotating the scheduler's client CA
+		// needs no restart.
+		conf.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := conf.Clone()
+			c.GetConfigForClient = nil
+			c.ClientCAs = ca.Pool()
+			return c, nil
 		}
-		conf.ClientCAs = pool
 		// Verified when given; required by requireClientCert on every
 		// route but the probes and /metrics, which the kubelet and
 		// Prometheus reach without a client certificate.
@@ -161,6 +166,54 @@ func (s *Server) tlsConfig(cfg ListenConfig) (*tls.Config, error) {
 		s.clientCertRequired.Store(true)
 	}
 	return conf, nil
+}
+
+// caReloader holds the client CA pool and re-reads its file when it
+// changes; a file that no longer parses keeps the previous pool.
+type caReloader struct {
+	file     string
+	interval time.Duration
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	pool      *x509.CertPool
+	mod       time.Time
+	lastCheck time.Time
+}
+
+// load reads the CA file; the caller holds mu or has not shared c yet.
+func (c *caReloader) load() error {
+	mod, err := modTime(c.file)
+	if err != nil {
+		return fmt.Errorf("server: reading client CA: %w", err)
+	}
+	pem, err := os.ReadFile(c.file)
+	if err != nil {
+		return fmt.Errorf("server: reading client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("server: client CA file %s holds no PEM certificate", c.file)
+	}
+	c.pool, c.mod, c.lastCheck = pool, mod, time.Now()
+	return nil
+}
+
+// Pool is the CA pool in force, re-read first when the file changed.
+func (c *caReloader) Pool() *x509.CertPool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.lastCheck) >= c.interval {
+		c.lastCheck = time.Now()
+		if mod, err := modTime(c.file); err == nil && !mod.Equal(c.mod) {
+			if err := c.load(); err != nil {
+				c.log.Warn("keeping the previous client CA", "error", err)
+			} else {
+				c.log.Info("reloaded the client CA", "file", c.file)
+			}
+		}
+	}
+	return c.pool
 }
 
 // keypairReloader serves a certificate pair and re-reads it when its files

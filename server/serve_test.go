@@ -334,3 +334,51 @@ func TestKeypairReload(t *testing.T) {
 		t.Fatalf("after a broken rotation CN %q", got)
 	}
 }
+
+// TestServeClientCAReload: the client CA file is rotated under a running
+// server (another CA, then a file that does not parse): handshakes follow
+// the file, and a broken file keeps the CA in force.
+func TestServeClientCAReload(t *testing.T) {
+	old := certReloadInterval
+	certReloadInterval = 0 // check the file on every handshake
+	defer func() { certReloadInterval = old }()
+	pki, other := newTestPKI(t), newTestPKI(t)
+	s, _ := newTestServer(t, Options{})
+	addr, _ := startServing(t, s, ListenConfig{TLSCertFile: pki.certFile, TLSKeyFile: pki.keyFile, ClientCAFile: pki.caFile})
+	served := func(cert tls.Certificate) bool {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
+			RootCAs: pki.caPool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		}}}
+		resp, err := c.Post("https://"+addr+"/filter", "application/json", strings.NewReader(validBody(t, "/filter")))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	rotate := func(content []byte) {
+		t.Helper()
+		if err := os.WriteFile(pki.caFile, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		next := time.Now().Add(time.Duration(len(content)+1) * time.Second)
+		if err := os.Chtimes(pki.caFile, next, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !served(pki.clientCert) || served(other.clientCert) {
+		t.Fatal("before the rotation: want the first CA's client only")
+	}
+	otherCA, err := os.ReadFile(other.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotate(otherCA)
+	if served(pki.clientCert) || !served(other.clientCert) {
+		t.Fatal("after the rotation: want the new CA's client only")
+	}
+	rotate([]byte("not a certificate"))
+	if !served(other.clientCert) {
+		t.Error("a broken CA file replaced the CA in force")
+	}
+}

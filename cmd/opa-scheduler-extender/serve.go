@@ -61,7 +61,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.noCluster, "no-cluster", false, "do not connect to any cluster, even in a pod (policies and inventory come from --policy-dir only)")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); reloaded when the file changes")
 	fs.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	fs.StringVar(&f.clientCA, "client-ca-file", "", "require client certificates signed by this CA (PEM), such as the one the scheduler presents through its extender tlsConfig")
+	fs.StringVar(&f.clientCA, "client-ca-file", "", "require client certificates signed by this CA (PEM), such as the one the scheduler presents through its extender tlsConfig; reloaded when the file changes")
 	fs.StringVar(&f.enforcementPoint, "enforcement-point", opa.DefaultEnforcementPoint, "this service's name in constraints' scopedEnforcementActions")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline for one scheduler request, passed into policy evaluation; keep it below the extender's httpTimeout in KubeSchedulerConfiguration (default 5s)")
 	fs.DurationVar(&f.bindTimeout, "bind-timeout", 5*time.Second, "timeout of each API call made to bind a pod")
