@@ -11,10 +11,14 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
@@ -230,7 +234,12 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		cluster, err := source.NewCluster(engine, source.ClusterOptions{Config: cfg, ExtraKinds: extra, IgnoreGatekeeperConfig: f.ignoreGatekeeperConfig, Logger: log.With("component", "cluster")})
+		events := record.NewBroadcaster(record.WithContext(ctx))
+		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		defer events.Shutdown()
+		recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "opa-scheduler-extender"})
+		cluster, err := source.NewCluster(engine, source.ClusterOptions{Config: cfg, ExtraKinds: extra, IgnoreGatekeeperConfig: f.ignoreGatekeeperConfig,
+			Events: recorder, Logger: log.With("component", "cluster")})
 		if err != nil {
 			return err
 		}

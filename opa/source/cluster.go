@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -47,7 +48,12 @@ type ClusterOptions struct {
 	// may fail to list (its CRD missing: Gatekeeper not running) before
 	// readiness stops waiting for it (default 30s).
 	ConstraintGrace time.Duration
-	Logger          *slog.Logger
+	// Events, when set, records a Warning event on every ConstraintTemplate
+	// and Constraint the engine refuses (kubectl describe shows why), once
+	// per distinct error, and a Normal event when a refused one is
+	// accepted again.
+	Events record.EventRecorder
+	Logger *slog.Logger
 }
 
 // Cluster keeps the engine in sync with a cluster: ConstraintTemplates,
@@ -75,6 +81,9 @@ type Cluster struct {
 	lastErr      string
 	disconnected time.Time
 	syncKinds    map[schema.GroupVersionResource]bool // from Gatekeeper's Config
+	// refused holds the last error reported per policy object (applyLoop
+	// only), so that each distinct refusal makes one event.
+	refused map[opa.ObjectRef]string
 }
 
 type watched struct {
@@ -361,10 +370,55 @@ func (c *Cluster) applyLoop(ctx context.Context) {
 			continue
 		}
 		sortChanges(batch)
-		for _, err := range c.applier.Apply(ctx, batch) {
+		errs := c.applier.Apply(ctx, batch)
+		for _, err := range errs {
 			c.log.Warn("cluster object refused; the previous version stays in force", "err", err)
 		}
+		c.recordRefusals(batch, errs)
 	}
+}
+
+// recordRefusals turns the engine's refusals of policy objects into
+// events on them, and a later acceptance into a Normal event.
+func (c *Cluster) recordRefusals(batch []opa.Change, errs []*opa.ApplyError) {
+	if c.opts.Events == nil {
+		return
+	}
+	if c.refused == nil {
+		c.refused = map[opa.ObjectRef]string{}
+	}
+	failed := map[opa.ObjectRef]error{}
+	for _, e := range errs {
+		failed[e.Ref] = e.Err
+	}
+	for _, ch := range batch {
+		u := ch.Object
+		if u == nil {
+			continue
+		}
+		g := u.GroupVersionKind().Group
+		if g != opa.TemplateGroup && g != opa.ConstraintGroup {
+			continue
+		}
+		ref := opa.ObjectRef{GroupVersionKind: u.GroupVersionKind(), Namespace: u.GetNamespace(), Name: u.GetName()}
+		err, bad := failed[ref]
+		last, wasBad := c.refused[ref]
+		switch {
+		case bad && err.Error() != last:
+			c.refused[ref] = err.Error()
+			c.opts.Events.Eventf(u, "Warning", "Refused", "opa-scheduler-extender refused this %s; %s: %v", u.GetKind(), keepsWhat(g), err)
+		case !bad && wasBad:
+			delete(c.refused, ref)
+			c.opts.Events.Eventf(u, "Normal", "Accepted", "opa-scheduler-extender accepted this %s", u.GetKind())
+		}
+	}
+}
+
+func keepsWhat(group string) string {
+	if group == opa.TemplateGroup {
+		return "its previous version stays in force (without one, its constraints are inactive)"
+	}
+	return "its previous version stays in force, if it had one"
 }
 
 // probe checks the API server every few seconds, so that staleness is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -153,5 +155,73 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// refuser is an Applier that refuses the objects named in bad.
+type refuser struct {
+	mu  sync.Mutex
+	bad map[string]error
+}
+
+func (r *refuser) Apply(_ context.Context, changes []opa.Change) []*opa.ApplyError {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []*opa.ApplyError
+	for _, ch := range changes {
+		if ch.Object == nil {
+			continue
+		}
+		if err := r.bad[ch.Object.GetName()]; err != nil {
+			errs = append(errs, &opa.ApplyError{Ref: opa.ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Name: ch.Object.GetName()}, Err: err})
+		}
+	}
+	return errs
+}
+
+func TestRefusalEvents(t *testing.T) {
+	template := func(rv string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "templates.gatekeeper.sh/v1", "kind": "ConstraintTemplate",
+			"metadata": map[string]any{"name": "k8sbroken", "resourceVersion": rv}}}
+	}
+	node := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "k8sbroken-node"}}}
+	events := record.NewFakeRecorder(10)
+	c := &Cluster{opts: ClusterOptions{Events: events}}
+	r := &refuser{bad: map[string]error{"k8sbroken": fmt.Errorf("compile: undefined function foo")}}
+	apply := func(objs ...*unstructured.Unstructured) {
+		var batch []opa.Change
+		for _, o := range objs {
+			batch = append(batch, opa.Change{Object: o})
+		}
+		c.recordRefusals(batch, r.Apply(context.Background(), batch))
+	}
+	next := func() string {
+		select {
+		case e := <-events.Events:
+			return e
+		default:
+			return ""
+		}
+	}
+	apply(template("1"), node)
+	if e := next(); !strings.HasPrefix(e, "Warning Refused ") || !strings.Contains(e, "undefined function foo") || !strings.Contains(e, "constraints are inactive") {
+		t.Errorf("first refusal: event %q", e)
+	}
+	apply(template("2"))
+	if e := next(); e != "" {
+		t.Errorf("the same error again made another event: %q", e)
+	}
+	r.bad["k8sbroken"] = fmt.Errorf("compile: another error")
+	apply(template("3"))
+	if e := next(); !strings.Contains(e, "another error") {
+		t.Errorf("a new error: event %q", e)
+	}
+	delete(r.bad, "k8sbroken")
+	apply(template("4"))
+	if e := next(); !strings.HasPrefix(e, "Normal Accepted ") {
+		t.Errorf("accepted again: event %q", e)
+	}
+	if e := next(); e != "" {
+		t.Errorf("unexpected event %q (inventory objects make none)", e)
 	}
 }
