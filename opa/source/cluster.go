@@ -181,11 +181,15 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, role, kind string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	inf := dynamicinformer.NewFilteredDynamicInformer(c.dyn, gvr, "", 0, cache.Indexers{}, nil).Informer()
+	var inf cache.SharedIndexInformer
 	if role == "inventory" {
 		// The engine is the inventory's only cache: the informer keeps a
 		// stub per object (keptObject), not a second copy.
+		lw := &handingOver{res: c.dyn.Resource(gvr), hand: c.handListed}
+		inf = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 		_ = inf.SetTransform(handOver)
+	} else {
+		inf = dynamicinformer.NewFilteredDynamicInformer(c.dyn, gvr, "", 0, cache.Indexers{}, nil).Informer()
 	}
 	w := &watched{gvr: gvr, role: role, kind: kind, inf: inf, cancel: cancel, started: time.Now()}
 	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
@@ -328,6 +332,28 @@ func changeKey(ch opa.Change) string {
 	}
 	d := ch.Delete
 	return d.GroupVersionKind.GroupKind().String() + "/" + d.Namespace + "/" + d.Name
+}
+
+// maxPendingListed is how many changes may wait for the engine before an
+// initial list reads its next page.
+const maxPendingListed = 2 * listPage
+
+// handListed queues an object of an inventory list, then waits while the
+// engine has more than maxPendingListed changes to take.
+func (c *Cluster) handListed(ctx context.Context, u *unstructured.Unstructured) {
+	if u == nil {
+		return
+	}
+	c.enqueue(opa.Change{Object: u})
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n <= maxPendingListed || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // enqueue keeps the newest change per object until the next batch.
