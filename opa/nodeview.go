@@ -300,12 +300,16 @@ func (e *Engine) keepNodes(view nodeView, raw map[string][]byte) {
 }
 
 // recutNodes rewrites every Node in the store under a new view; raw
-// receives the whole Nodes to keep under it (nil entries: keep none).
+// receives the whole Nodes to keep under it (nil entries: keep none). The
+// Nodes are written as one object: the store's transaction compares every
+// write with the ones before it, so a write per Node would cost the square
+// of their number.
 func (e *Engine) recutNodes(ctx context.Context, txn storage.Transaction, view nodeView, raw map[string][]byte) error {
 	whole, err := e.wholeNodes(ctx, txn)
-	if err != nil {
+	if err != nil || len(whole) == 0 {
 		return err
 	}
+	nodes := ast.NewObject()
 	for name, b := range whole {
 		if view.all {
 			raw[name] = nil
@@ -326,9 +330,10 @@ func (e *Engine) recutNodes(ctx context.Context, txn storage.Transaction, view n
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", name, err)
 		}
-		if err := e.store.Write(ctx, txn, storage.ReplaceOp, storage.Path{"inventory", "cluster", "v1", "Node", name}, value); err != nil {
-			return fmt.Errorf("store node %s: %w", name, err)
-		}
+		nodes.Insert(ast.StringTerm(name), ast.NewTerm(value))
+	}
+	if err := e.store.Write(ctx, txn, storage.ReplaceOp, nodeGV, nodes); err != nil {
+		return fmt.Errorf("store nodes: %w", err)
 	}
 	return nil
 }
