@@ -336,7 +336,7 @@ func changeKey(ch opa.Change) string {
 
 // maxPendingListed is how many changes may wait for the engine before an
 // initial list reads its next page.
-const maxPendingListed = 2 * listPage
+const maxPendingListed = listPage
 
 // handListed queues an object of an inventory list, then waits while the
 // engine has more than maxPendingListed changes to take.

@@ -72,7 +72,7 @@ type handingOver struct {
 }
 
 // listPage is how many objects one list call asks for.
-const listPage = 500
+const listPage = 200
 
 // ListWithContext lists every page (the caller's Limit and Continue are
 // not used: one call returns everything, as stubs), with the caller's
