@@ -71,6 +71,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 		return nil, nodeArgs{}, nil, rerr
 	}
 	s.metrics.evaluated(c.verb, len(na.names))
+	c.uid, c.names, c.placement = string(args.Pod.UID), na.names, p
 	return &args, na, p, nil
 }
 
@@ -406,6 +407,7 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request, c *verbCall) *requ
 	}
 	s.metrics.evaluated(verbBind, 1)
 	s.metrics.countDecisions(verbBind, p)
+	c.uid, c.names, c.placement = string(pod.UID), []string{args.Node}, p
 	if p.Denied(0) {
 		s.metrics.rejected(verbBind, 1, 0)
 		c.rejected = 1

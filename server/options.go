@@ -133,6 +133,12 @@ type Options struct {
 	// Empty means opa.DefaultEnforcementPoint.
 	EnforcementPoint string
 
+	// LogDecisions selects the decisions recorded (default: none); each
+	// goes to DecisionSink.
+	LogDecisions DecisionLevel
+	// DecisionSink receives the records (default: LogDecisions(Logger)).
+	DecisionSink DecisionSink
+
 	// Build names the binary serving, for the opa_scheduler_extender_build_info
 	// metric (empty fields are reported as "unknown").
 	Build BuildInfo

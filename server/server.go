@@ -48,8 +48,10 @@ type Server struct {
 
 	checksMu sync.RWMutex
 	// policyHealth reports templates and constraints not in force.
-	policyHealth func() (bool, string)
-	checks       []ReadinessCheck
+	policyHealth  func() (bool, string)
+	decisionLevel DecisionLevel
+	decisionSink  DecisionSink
+	checks        []ReadinessCheck
 }
 
 // New checks the options, registers the metrics and builds the router.
@@ -112,6 +114,10 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.policyHealth = policyHealth(s.policy)
+	s.decisionLevel, s.decisionSink = opts.LogDecisions, opts.DecisionSink
+	if s.decisionSink == nil {
+		s.decisionSink = LogDecisions(s.log)
+	}
 	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint, opts.Build)
 	if err != nil {
 		return nil, err
@@ -348,6 +354,10 @@ type verbCall struct {
 	pod      string
 	nodes    int
 	rejected int
+	// for the decision record
+	uid       string
+	names     []string // the candidates, in the placement's order
+	placement *opa.Placement
 }
 
 // finish writes the answer, records the duration and logs. A requestError
@@ -371,6 +381,11 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, c *verbCall, bod
 	writeJSON(w, status, body)
 	d := time.Since(c.start)
 	s.metrics.observe(c.verb, result, d)
+	if rerr == nil || rerr.Status == http.StatusOK { // a refused bind is a decision too
+		if rec, ok := s.decisionLevel.decision(c); ok {
+			s.decisionSink(r.Context(), rec)
+		}
+	}
 
 	ctx := r.Context()
 	switch {

@@ -54,6 +54,7 @@ type serveFlags struct {
 	allowNetworkBuiltins          bool
 	logLevel, logFormat           string
 	policyPollInterval            time.Duration
+	logDecisions                  string
 	memoResults                   int
 	memoBytes                     int64
 }
@@ -82,6 +83,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.allowNetworkBuiltins, "allow-network-builtins", false, "let templates call http.send and net.lookup_ip_addr (off, as in Gatekeeper: a template cannot reach out)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.logDecisions, "log-decisions", "off", "record scheduling decisions in the log, one structured record per call (pod, uid, policy generation, per constraint the nodes it denied or scored down with a sample message, duration): off, deny (calls where a node was denied), warn (also scored down) or all")
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
@@ -196,6 +198,10 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	decisions, err := server.ParseDecisionLevel(f.logDecisions)
+	if err != nil {
+		return fmt.Errorf("--log-decisions: %w", err)
+	}
 	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
 		MemoEntries: f.memoResults, MemoBytes: f.memoBytes})
 	if err != nil {
@@ -214,6 +220,8 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		EnablePprof:          f.enablePprof,
 		EnforcementPoint:     f.enforcementPoint,
 		Build:                buildInfo(),
+		LogDecisions:         decisions,
+		DecisionSink:         server.LogDecisions(log.With("component", "decisions")),
 	}
 	var debugSources []func() any
 	if f.policyDir != "" {
