@@ -26,6 +26,7 @@ var (
 	staleRounds  = flag.Int("stale-updates", 5, "times every node's status is updated (by hand: 30 with 5000 nodes)")
 	outFile      = flag.String("footprint-out", "", "write the figures as JSON to this file")
 	library      = flag.String("library", policyset.DefaultLibraryDir(), "the gatekeeper-library's library/ folder")
+	binary       = flag.String("footprint-binary", "", "measure this opa-scheduler-extender binary (an earlier build, for a before/after) instead of one built from the working tree")
 )
 
 // namespaces hold the traffic's pods, labelled as the realistic set wants.
@@ -86,9 +87,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := cluster.BuildExtender(t, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	bin := *binary
+	if bin == "" {
+		var err error
+		if bin, err = cluster.BuildExtender(t, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := cluster.Start(t, cluster.Options{})
 	ctx := context.Background()
