@@ -18,6 +18,7 @@ const usage = `opa-scheduler-extender: a kube-scheduler extender that decides pl
 Usage:
   opa-scheduler-extender [serve] [flags]   run the extender (the default command)
   opa-scheduler-extender verify PATH...    run Gatekeeper suite.yaml tests against the engine
+  opa-scheduler-extender test PATH...      judge the pods of some files on their nodes, as gator test does
   opa-scheduler-extender version           print the version (also: --version)
 
 Run "opa-scheduler-extender serve --help" or "opa-scheduler-extender verify --help" for flags.
@@ -33,7 +34,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve", "verify", "help", "version":
+		case "serve", "verify", "test", "help", "version":
 			cmd, args = args[0], args[1:]
 		case "--version", "-version":
 			cmd, args = "version", args[1:]
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "verify":
 		return runVerify(ctx, args, stdout, stderr)
+	case "test":
+		return runTest(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stderr, usage)
 		return 0

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -57,5 +59,47 @@ func TestBuildInfo(t *testing.T) {
 	version = "v9.9.9"
 	if b := buildInfo(); b.Version != "v9.9.9" || !strings.HasPrefix(b.GoVersion, "go") {
 		t.Errorf("build info %+v, want the version set at build time and the Go version", b)
+	}
+}
+
+func TestTestCommand(t *testing.T) {
+	examples := filepath.Join("..", "..", "deploy", "examples")
+	pods := filepath.Join("testdata", "pods.yaml")
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(broken, []byte("apiVersion: templates.gatekeeper.sh/v1\nkind: ConstraintTemplate\nmetadata: {name: k8sbroken}\nspec:\n  crd: {spec: {names: {kind: K8sBroken}}}\n  targets: [{target: admission.k8s.gatekeeper.sh, rego: 'package k8sbroken\n\n    violation[{\"msg\": m}] { m := nope(input) }'}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+		stderr string
+	}{
+		{name: "denied somewhere", args: []string{"test", examples, pods, "--node", "alpha-1", "--node", "beta-1"}, code: 1, stdout: []string{
+			"alpha/web-1    alpha-1  allowed  10",
+			"alpha/web-1    beta-1   denied   0      K8sTenantNodeIsolation/tenant-nodes  deny    this node is reserved for tenant <beta>, the pod belongs to tenant <alpha>",
+		}},
+		{name: "allowed and scored", args: []string{"test", examples, pods, "--node", "general-a-1", "--node", "general-b-1", "-o", "json"}, code: 1, stdout: []string{
+			`"pod": "default/api-1"`, `"node": "general-b-1"`, `"verdict": "allowed"`, `"score": 0`, `"action": "warn"`,
+		}},
+		{name: "no pods", args: []string{"test", examples}, code: 2, stderr: "found 0 pods and 7 nodes"},
+		{name: "a template that does not compile", args: []string{"test", examples, pods, broken}, code: 2, stderr: "k8sbroken"},
+		{name: "no path", args: []string{"test"}, code: 2, stderr: "Usage: opa-scheduler-extender test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code {
+				t.Errorf("exit code %d, want %d (stderr: %s)", code, tc.code, stderr.String())
+			}
+			for _, want := range tc.stdout {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.stderr, stderr.String())
+			}
+		})
 	}
 }

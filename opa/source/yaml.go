@@ -58,3 +58,33 @@ func ReadFile(path string) ([]*unstructured.Unstructured, error) {
 	}
 	return objs, nil
 }
+
+// ReadPath reads the objects of a YAML file, or of every YAML and JSON
+// file below a folder as the policy folder finds them (links followed,
+// hidden entries and testdata folders skipped); Suite documents are left
+// out.
+func ReadPath(path string) ([]*unstructured.Unstructured, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	if info.IsDir() {
+		if files, err = yamlFiles(path); err != nil {
+			return nil, fmt.Errorf("scan %s: %w", path, err)
+		}
+	}
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		objs, err := ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if o.GetKind() != "Suite" {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}

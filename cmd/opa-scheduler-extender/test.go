@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+)
+
+const testHelp = `Usage: opa-scheduler-extender test [flags] PATH...
+
+Places pods on nodes with policies, all read from files, as gator test does
+for admission: PATH is a YAML file or a folder (read as --policy-dir reads
+it). ConstraintTemplates, Constraints, Nodes, Namespaces and other
+inventory objects are loaded into a fresh engine; every Pod found is judged
+on every Node found (or on --node), exactly as the extender's filter and
+prioritize would judge it.
+
+Prints one row per (pod, node): the verdict (allowed, denied), the score
+prioritize would give, and each violated constraint with its action and
+message; -o json prints the same as JSON. Exits 1 when a pod is denied on
+some node, 2 when the input cannot be used (a template that does not
+compile, a constraint that is refused, no pod, no node).
+
+Flags:
+`
+
+// testRow is one (pod, node) judged.
+type testRow struct {
+	Pod        string          `json:"pod"`
+	Node       string          `json:"node"`
+	Verdict    string          `json:"verdict"`
+	Score      int64           `json:"score"`
+	Violations []opa.Violation `json:"violations,omitempty"`
+}
+
+func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	output := fs.StringP("output", "o", "table", "table or json")
+	only := fs.StringSlice("node", nil, "judge on these nodes only (repeatable)")
+	enforcementPoint := fs.String("enforcement-point", opa.DefaultEnforcementPoint, "this service's name in scopedEnforcementActions")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, testHelp)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if fs.NArg() == 0 || (*output != "table" && *output != "json") {
+		fs.Usage()
+		return 2
+	}
+	rows, err := judgeFiles(ctx, fs.Args(), *only, *enforcementPoint)
+	if err != nil {
+		fmt.Fprintf(stderr, "test: %v\n", err)
+		return 2
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rows)
+	} else {
+		printRows(stdout, rows)
+	}
+	for _, r := range rows {
+		if r.Verdict == "denied" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// judgeFiles loads the paths into a fresh engine and judges every pod on
+// every node (or on only).
+func judgeFiles(ctx context.Context, paths, only []string, enforcementPoint string) ([]testRow, error) {
+	var pods, rest []*unstructured.Unstructured
+	var nodes []string
+	for _, p := range paths {
+		objs, err := source.ReadPath(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			switch {
+			case o.GetAPIVersion() == "v1" && o.GetKind() == "Pod":
+				pods = append(pods, o)
+			case o.GetAPIVersion() == "v1" && o.GetKind() == "Node":
+				nodes = append(nodes, o.GetName())
+				rest = append(rest, o)
+			default:
+				rest = append(rest, o)
+			}
+		}
+	}
+	if len(only) > 0 {
+		nodes = only
+	}
+	if len(pods) == 0 || len(nodes) == 0 {
+		return nil, fmt.Errorf("found %d pods and %d nodes in %s: need at least one of each", len(pods), len(nodes), strings.Join(paths, ", "))
+	}
+	e, err := opa.New(ctx, opa.Options{EnforcementPoint: enforcementPoint})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close(ctx)
+	changes := make([]opa.Change, len(rest))
+	for i, o := range rest {
+		changes[i] = opa.Change{Object: o}
+	}
+	if errs := e.Apply(ctx, changes); len(errs) > 0 {
+		return nil, fmt.Errorf("%d objects refused, first: %v", len(errs), errs[0])
+	}
+	cands := make([]opa.Candidate, len(nodes))
+	for i, n := range nodes {
+		cands[i].Name = n
+	}
+	var rows []testRow
+	for _, pod := range pods {
+		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod.Object, Candidates: cands})
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.GetNamespace(), pod.GetName(), err)
+		}
+		for i, v := range p.Nodes {
+			r := testRow{Pod: pod.GetNamespace() + "/" + pod.GetName(), Node: v.Name, Verdict: "allowed", Score: p.Score(i), Violations: p.Violations(i)}
+			switch {
+			case v.Unknown:
+				r.Verdict, r.Score = "unknown node", 0
+			case p.Denied(i):
+				r.Verdict, r.Score = "denied", 0
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+func printRows(w io.Writer, rows []testRow) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tNODE\tVERDICT\tSCORE\tCONSTRAINT\tACTION\tMESSAGE")
+	for _, r := range rows {
+		if len(r.Violations) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t\t\t\n", r.Pod, r.Node, r.Verdict, r.Score)
+			continue
+		}
+		for j, v := range r.Violations {
+			pod, node, verdict, score := r.Pod, r.Node, r.Verdict, fmt.Sprint(r.Score)
+			if j > 0 {
+				pod, node, verdict, score = "", "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pod, node, verdict, score, v.Constraint, v.Action, v.Message)
+		}
+	}
+	_ = tw.Flush()
+}
