@@ -450,3 +450,25 @@ metadata: {name: no-blocked-pool}
 		}
 	}
 }
+
+func TestReviewInput(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	apply(t, e, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": "alpha", "labels": map[string]any{"tenant": "alpha"}}}})
+	review, err := e.ReviewInput(context.Background(), pod("alpha", "web-1"), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := review["object"].(map[string]any)
+	spec, _ := obj["spec"].(map[string]any)
+	nsObj, _ := review["namespaceObject"].(map[string]any)
+	if review["operation"] != "CREATE" || review["name"] != "web-1" || review["namespace"] != "alpha" || spec["nodeName"] != "n1" || obj["kind"] != "Pod" {
+		t.Errorf("review %v", review)
+	}
+	if md, _ := nsObj["metadata"].(map[string]any); md["name"] != "alpha" {
+		t.Errorf("namespaceObject %v", nsObj)
+	}
+	if _, err := e.ReviewInput(context.Background(), nil, "n1"); err == nil {
+		t.Error("no pod: no error")
+	}
+}

@@ -17,6 +17,63 @@ var (
 	nodeGV      = storage.Path{"inventory", "cluster", "v1", "Node"}
 )
 
+// podInput is what a request knows of its pod: the review templates see
+// (before spec.nodeName is set per node) and what matching reads.
+type podInput struct {
+	review          ast.Object
+	name, namespace string
+	labels          map[string]string
+	ns              *namespaceInfo
+}
+
+func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, podContent map[string]any) (podInput, error) {
+	pod := withTypeMeta(podContent, podGVK)
+	podValue, err := ast.InterfaceToValue(pod)
+	if err != nil {
+		return podInput{}, fmt.Errorf("convert pod: %w", err)
+	}
+	podObj, ok := podValue.(ast.Object)
+	if !ok {
+		return podInput{}, errors.New("pod is not an object")
+	}
+	in := podInput{}
+	in.name, in.namespace, in.labels = objectMeta(pod)
+	nsValue := e.readValue(ctx, txn, append(namespaceGV[:len(namespaceGV):len(namespaceGV)], in.namespace))
+	nsTerm := ast.ObjectTerm()
+	if nsValue != nil && in.namespace != "" {
+		nsTerm = ast.NewTerm(nsValue)
+		in.ns = &namespaceInfo{name: in.namespace, labels: valueLabels(nsValue)}
+	}
+	in.review = podReview(podObj, in.name, in.namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm)
+	return in, nil
+}
+
+// ReviewInput is input.review as every template sees it when the pod is
+// judged on node: the Pod CREATE review with spec.nodeName set to node and
+// the namespace's object from the inventory. With input.parameters (the
+// constraint's spec.parameters) and data.inventory it reproduces a
+// verdict with opa eval.
+func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node string) (map[string]any, error) {
+	if pod == nil {
+		return nil, errors.New("pod is required")
+	}
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open store transaction: %w", err)
+	}
+	defer e.store.Abort(ctx, txn)
+	in, err := e.podInput(ctx, txn, pod)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ast.JSON(withNodeName(in.review, node))
+	if err != nil {
+		return nil, fmt.Errorf("review as JSON: %w", err)
+	}
+	review, _ := v.(map[string]any)
+	return review, nil
+}
+
 // Evaluate judges each candidate node for the pod: the violations of every
 // constraint that matches the pod and applies at this enforcement point.
 func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement, error) {
@@ -33,23 +90,11 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	defer e.store.Abort(ctx, txn)
 	snap := e.snap.Load()
 
-	pod := withTypeMeta(req.Pod, podGVK)
-	podValue, err := ast.InterfaceToValue(pod)
+	in, err := e.podInput(ctx, txn, req.Pod)
 	if err != nil {
-		return nil, fmt.Errorf("convert pod: %w", err)
+		return nil, err
 	}
-	podObj, ok := podValue.(ast.Object)
-	if !ok {
-		return nil, errors.New("pod is not an object")
-	}
-	name, namespace, labels := objectMeta(pod)
-	nsValue := e.readValue(ctx, txn, append(namespaceGV[:len(namespaceGV):len(namespaceGV)], namespace))
-	nsTerm := ast.ObjectTerm()
-	var nsInfo *namespaceInfo
-	if nsValue != nil && namespace != "" {
-		nsTerm = ast.NewTerm(nsValue)
-		nsInfo = &namespaceInfo{name: namespace, labels: valueLabels(nsValue)}
-	}
+	name, namespace, labels, nsInfo := in.name, in.namespace, in.labels, in.ns
 
 	r := &request{
 		e: e, ctx: ctx, txn: txn, snap: snap,
@@ -57,7 +102,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 		explain: req.Explain,
 	}
 	defer r.addStats()
-	r.podReview = ast.NewTerm(podReview(podObj, name, namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm))
+	r.podReview = ast.NewTerm(in.review)
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
 	}

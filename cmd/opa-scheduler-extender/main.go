@@ -19,6 +19,7 @@ Usage:
   opa-scheduler-extender [serve] [flags]   run the extender (the default command)
   opa-scheduler-extender verify PATH...    run Gatekeeper suite.yaml tests against the engine
   opa-scheduler-extender test PATH...      judge the pods of some files on their nodes, as gator test does
+  opa-scheduler-extender explain --pod NS/NAME   where the cluster's policies let a pod go, node by node
   opa-scheduler-extender version           print the version (also: --version)
 
 Run "opa-scheduler-extender serve --help" or "opa-scheduler-extender verify --help" for flags.
@@ -34,7 +35,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve", "verify", "test", "help", "version":
+		case "serve", "verify", "test", "explain", "help", "version":
 			cmd, args = args[0], args[1:]
 		case "--version", "-version":
 			cmd, args = "version", args[1:]
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runVerify(ctx, args, stdout, stderr)
 	case "test":
 		return runTest(ctx, args, stdout, stderr)
+	case "explain":
+		return runExplain(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stderr, usage)
 		return 0

@@ -64,13 +64,7 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "test: %v\n", err)
 		return 2
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rows)
-	} else {
-		printRows(stdout, rows)
-	}
+	_ = writeRows(stdout, *output, rows)
 	for _, r := range rows {
 		if r.Verdict == "denied" {
 			return 1
@@ -119,28 +113,53 @@ func judgeFiles(ctx context.Context, paths, only []string, enforcementPoint stri
 	if errs := e.Apply(ctx, changes); len(errs) > 0 {
 		return nil, fmt.Errorf("%d objects refused, first: %v", len(errs), errs[0])
 	}
+	var rows []testRow
+	for _, pod := range pods {
+		r, err := judge(ctx, e, pod.Object, nodes)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// judge is one pod on nodes, a row per node, as the extender answers:
+// unknown and denied nodes score 0.
+func judge(ctx context.Context, e *opa.Engine, pod map[string]any, nodes []string) ([]testRow, error) {
+	u := unstructured.Unstructured{Object: pod}
+	key := u.GetNamespace() + "/" + u.GetName()
 	cands := make([]opa.Candidate, len(nodes))
 	for i, n := range nodes {
 		cands[i].Name = n
 	}
-	var rows []testRow
-	for _, pod := range pods {
-		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod.Object, Candidates: cands})
-		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", pod.GetNamespace(), pod.GetName(), err)
+	p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod, Candidates: cands})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	rows := make([]testRow, 0, len(p.Nodes))
+	for i, v := range p.Nodes {
+		r := testRow{Pod: key, Node: v.Name, Verdict: "allowed", Score: p.Score(i), Violations: p.Violations(i)}
+		switch {
+		case v.Unknown:
+			r.Verdict, r.Score = "unknown node", 0
+		case p.Denied(i):
+			r.Verdict, r.Score = "denied", 0
 		}
-		for i, v := range p.Nodes {
-			r := testRow{Pod: pod.GetNamespace() + "/" + pod.GetName(), Node: v.Name, Verdict: "allowed", Score: p.Score(i), Violations: p.Violations(i)}
-			switch {
-			case v.Unknown:
-				r.Verdict, r.Score = "unknown node", 0
-			case p.Denied(i):
-				r.Verdict, r.Score = "denied", 0
-			}
-			rows = append(rows, r)
-		}
+		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// writeRows prints rows as a table or as JSON.
+func writeRows(w io.Writer, output string, rows []testRow) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	printRows(w, rows)
+	return nil
 }
 
 func printRows(w io.Writer, rows []testRow) {
