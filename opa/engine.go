@@ -1,12 +1,12 @@
 package opa
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +41,12 @@ type Options struct {
 	// (default 32 MiB, an estimate above what they take: see memo.Options).
 	MemoEntries int
 	MemoBytes   int64
+	// OPAConfig is an OPA configuration (YAML or JSON) for the embedded
+	// SDK: services, labels, keys, and the status and decision_logs
+	// plugins, which then report to an OPA control plane as any OPA does
+	// (LogDecision sends the decisions). bundles and discovery are refused:
+	// the engine owns the store's policies and data.
+	OPAConfig []byte
 	// DisableMemo evaluates every review (for tests and measurements).
 	DisableMemo bool
 	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
@@ -209,10 +215,14 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		caps:        capabilities(opts.AllowNetworkBuiltins),
 	}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	config, err := checkOPAConfig(opts.OPAConfig)
+	if err != nil {
+		return nil, err
+	}
 	var mgr *plugins.Manager
 	o, err := sdk.New(ctx, sdk.Options{
 		ID:            "opa-scheduler-extender",
-		Config:        strings.NewReader("{}"),
+		Config:        bytes.NewReader(config),
 		Store:         e.store,
 		Logger:        logging.NewNoOpLogger(),
 		ConsoleLogger: logging.NewNoOpLogger(),

@@ -78,9 +78,33 @@ type ConstraintDecision struct {
 	SampleMessage string            `json:"sampleMessage"`
 }
 
-// DecisionSink receives decision records (Options.DecisionSink); it is
-// called on the request path and must not block.
+// DecisionSink receives decision records; it is called on the request path
+// and must not block.
 type DecisionSink func(context.Context, Decision)
+
+// DecisionOutput is one destination of decision records (Options.Decisions):
+// the records of Level, to Sink.
+type DecisionOutput struct {
+	Level DecisionLevel
+	Sink  DecisionSink
+}
+
+// filter narrows a record made at a higher level to this one: only the
+// constraints this level names; false when none is left (and the level
+// does not record every call).
+func (l DecisionLevel) filter(d Decision) (Decision, bool) {
+	kept := make([]ConstraintDecision, 0, len(d.Constraints))
+	for _, c := range d.Constraints {
+		if l.includes(c.Action) {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 && l != DecisionsAll {
+		return Decision{}, false
+	}
+	d.Constraints = kept
+	return d, true
+}
 
 // LogDecisions is the default sink: one structured log record per
 // decision, at info level, message "decision".

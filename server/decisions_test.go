@@ -63,7 +63,10 @@ func TestDecisionRecords(t *testing.T) {
 		}},
 	} {
 		rec := &records{}
-		s, _ := newTestServer(t, Options{LogDecisions: tc.level, DecisionSink: rec.sink, Binder: &fakeBinder{pods: map[string]*v1.Pod{"ns/p": testPod("ns", "p")}}})
+		// A second output at level all sees every call: each gets its own level.
+		all := &records{}
+		s, _ := newTestServer(t, Options{Decisions: []DecisionOutput{{tc.level, rec.sink}, {DecisionsAll, all.sink}},
+			Binder: &fakeBinder{pods: map[string]*v1.Pod{"ns/p": testPod("ns", "p")}}})
 		h := s.Handler()
 		for _, call := range []struct{ path, body string }{{"/filter", body}, {"/prioritize", body}, {"/bind", bind}} {
 			if r := do(t, h, http.MethodPost, call.path, call.body); r.Code != http.StatusOK {
@@ -80,12 +83,15 @@ func TestDecisionRecords(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 			t.Errorf("level %d:\n got %s\nwant %s", tc.level, strings.Join(got, "\n     "), strings.Join(tc.want, "\n     "))
 		}
+		if len(all.ds) != 3 || !strings.Contains(all.ds[0].summary(), "K8sAudit/audit-only:dryrun") {
+			t.Errorf("the level-all output got %d records: %+v", len(all.ds), all.ds)
+		}
 	}
 }
 
 func TestDecisionsAllRecordsEveryCall(t *testing.T) {
 	rec := &records{}
-	s, _ := newTestServer(t, Options{LogDecisions: DecisionsAll, DecisionSink: rec.sink})
+	s, _ := newTestServer(t, Options{Decisions: []DecisionOutput{{DecisionsAll, rec.sink}}})
 	nodes := []string{"good-1", "dry-1"}
 	if r := do(t, s.Handler(), http.MethodPost, "/filter", mustJSON(t, extenderv1.ExtenderArgs{Pod: testPod("ns", "p"), NodeNames: &nodes})); r.Code != 200 {
 		t.Fatal(r.Body)

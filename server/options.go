@@ -133,11 +133,9 @@ type Options struct {
 	// Empty means opa.DefaultEnforcementPoint.
 	EnforcementPoint string
 
-	// LogDecisions selects the decisions recorded (default: none); each
-	// goes to DecisionSink.
-	LogDecisions DecisionLevel
-	// DecisionSink receives the records (default: LogDecisions(Logger)).
-	DecisionSink DecisionSink
+	// Decisions are where decision records go, each output with its own
+	// level (default: none recorded).
+	Decisions []DecisionOutput
 
 	// Build names the binary serving, for the opa_scheduler_extender_build_info
 	// metric (empty fields are reported as "unknown").

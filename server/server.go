@@ -49,8 +49,8 @@ type Server struct {
 	checksMu sync.RWMutex
 	// policyHealth reports templates and constraints not in force.
 	policyHealth  func() (bool, string)
-	decisionLevel DecisionLevel
-	decisionSink  DecisionSink
+	decisionLevel DecisionLevel // the highest of the outputs'
+	decisions     []DecisionOutput
 	checks        []ReadinessCheck
 }
 
@@ -114,9 +114,14 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.policyHealth = policyHealth(s.policy)
-	s.decisionLevel, s.decisionSink = opts.LogDecisions, opts.DecisionSink
-	if s.decisionSink == nil {
-		s.decisionSink = LogDecisions(s.log)
+	for _, out := range opts.Decisions {
+		if out.Sink == nil {
+			return nil, errors.New("server: a decision output has no sink")
+		}
+		if out.Level > DecisionsOff {
+			s.decisions = append(s.decisions, out)
+			s.decisionLevel = max(s.decisionLevel, out.Level)
+		}
 	}
 	m, err := newMetrics(s.registry, s.policy, s.enforcementPoint, opts.Build)
 	if err != nil {
@@ -383,7 +388,11 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, c *verbCall, bod
 	s.metrics.observe(c.verb, result, d)
 	if rerr == nil || rerr.Status == http.StatusOK { // a refused bind is a decision too
 		if rec, ok := s.decisionLevel.decision(c); ok {
-			s.decisionSink(r.Context(), rec)
+			for _, out := range s.decisions {
+				if d, ok := out.Level.filter(rec); ok {
+					out.Sink(r.Context(), d)
+				}
+			}
 		}
 	}
 

@@ -54,7 +54,7 @@ type serveFlags struct {
 	allowNetworkBuiltins          bool
 	logLevel, logFormat           string
 	policyPollInterval            time.Duration
-	logDecisions                  string
+	logDecisions, opaConfig       string
 	memoResults                   int
 	memoBytes                     int64
 }
@@ -84,6 +84,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.logDecisions, "log-decisions", "off", "record scheduling decisions in the log, one structured record per call (pod, uid, policy generation, per constraint the nodes it denied or scored down with a sample message, duration): off, deny (calls where a node was denied), warn (also scored down) or all")
+	fs.StringVar(&f.opaConfig, "opa-config", "", "OPA configuration file (YAML or JSON) for the embedded SDK: services, labels, keys, status and decision_logs report to an OPA control plane as any OPA does, every filter, prioritize and bind decision going to the decision log as one record; bundles and discovery are refused")
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
@@ -177,6 +178,21 @@ func clusterConfig(f serveFlags) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// decisionOutputs sends decisions to the log at --log-decisions' level and,
+// when the OPA configuration enables decision logs, every decision to them.
+func decisionOutputs(engine *opa.Engine, level server.DecisionLevel, log *slog.Logger) []server.DecisionOutput {
+	outs := []server.DecisionOutput{{Level: level, Sink: server.LogDecisions(log.With("component", "decisions"))}}
+	if engine.DecisionLogging() {
+		outs = append(outs, server.DecisionOutput{Level: server.DecisionsAll, Sink: func(ctx context.Context, d server.Decision) {
+			input := map[string]any{"verb": d.Verb, "pod": d.Pod, "uid": d.UID, "nodes": d.Nodes}
+			if err := engine.LogDecision(ctx, "opa_scheduler_extender/"+d.Verb, input, d); err != nil {
+				log.Warn("decision log refused a decision", "err", err)
+			}
+		}})
+	}
+	return outs
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -214,8 +230,14 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--log-decisions: %w", err)
 	}
+	var opaConfig []byte
+	if f.opaConfig != "" {
+		if opaConfig, err = os.ReadFile(f.opaConfig); err != nil {
+			return fmt.Errorf("--opa-config: %w", err)
+		}
+	}
 	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
-		MemoEntries: f.memoResults, MemoBytes: f.memoBytes})
+		MemoEntries: f.memoResults, MemoBytes: f.memoBytes, OPAConfig: opaConfig})
 	if err != nil {
 		return err
 	}
@@ -232,8 +254,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		EnablePprof:          f.enablePprof,
 		EnforcementPoint:     f.enforcementPoint,
 		Build:                buildInfo(),
-		LogDecisions:         decisions,
-		DecisionSink:         server.LogDecisions(log.With("component", "decisions")),
+		Decisions:            decisionOutputs(engine, decisions, log),
 	}
 	var debugSources []func() any
 	if f.policyDir != "" {
