@@ -248,7 +248,7 @@ func isInventoryRef(ref ast.Ref) bool {
 
 // checkRefs enforces Gatekeeper's rules: the only data a template may read
 // is data.lib.* and data.inventory; it may import only data.lib.* and
-// future.* (Gatekeeper's rewriter refuses rego.v1, whatever DESIGN.md says).
+// future.* (Gatekeeper's rewriter refuses an import of rego.v1).
 func checkRefs(m *ast.Module) error {
 	for _, imp := range m.Imports {
 		ref, ok := imp.Path.Value.(ast.Ref)

@@ -53,7 +53,7 @@ const (
 	//
 	// A request body is largest when the extender is not nodeCacheCapable
 	// and the scheduler sends full Node objects. A Node serialises to 3 to
-	// 16 KiB (DESIGN.md: 500 nodes are 1.5 to 8 MiB of JSON), so a cluster
+	// 16 KiB (bench/perf: kubelet-sized Nodes are 9 to 13 KiB), so a cluster
 	// of 5000 nodes whose every node is feasible and scored (the worst
 	// case: percentageOfNodesToScore 100) sends 5000 nodes of up to about
 	// 13 KiB each, plus the pod: 64 MiB. Anything larger is not a
