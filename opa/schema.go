@@ -10,9 +10,11 @@ import (
 // checkParameters validates a constraint's spec.parameters against its
 // template's openAPIV3Schema and applies the schema's defaults, as the API
 // server does for the constraint's CRD before Gatekeeper sees it. It
-// covers the parts of structural schemas that templates use: type,
-// properties, additionalProperties, items, enum, required, default, and
-// x-kubernetes-preserve-unknown-fields. Unknown fields are refused unless
+// covers structural schemas: type, properties, additionalProperties, items,
+// required, default, x-kubernetes-preserve-unknown-fields, and the value
+// keywords of schemakeywords.go (enum, pattern, lengths, formats, bounds,
+// item and field counts, uniqueItems, allOf/anyOf/oneOf/not); templates
+// whose schema needs more (CEL rules, other formats) are refused when read. Unknown fields are refused unless
 // the schema preserves them (the API server would prune them silently; a
 // constraint in a folder has no API server to do that, and a typo in a
 // parameter name deserves an error, not a policy that quietly does
@@ -39,20 +41,21 @@ func checkValue(s map[string]any, v any, path string, legacy bool) (any, error) 
 	if v == nil {
 		return nil, nil
 	}
-	if enum, ok := s["enum"].([]any); ok && len(enum) > 0 {
-		found := false
-		vb, _ := json.Marshal(v)
-		for _, e := range enum {
-			eb, _ := json.Marshal(e)
-			if string(eb) == string(vb) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("%s: %s is not one of %s", path, string(vb), mustJSON(enum))
+	out, err := checkType(s, v, path, legacy)
+	if err != nil {
+		return nil, err
+	}
+	for _, check := range valueChecks {
+		if err := check(s, v, path); err != nil {
+			return nil, err
 		}
 	}
+	return out, nil
+}
+
+// checkType checks v against the schema's type, recursing into objects
+// and arrays (where defaults apply), and returns v with its defaults.
+func checkType(s map[string]any, v any, path string, legacy bool) (any, error) {
 	typ, _ := s["type"].(string)
 	switch typ {
 	case "object":

@@ -77,6 +77,9 @@ func parseTemplate(u *unstructured.Unstructured) (*template, error) {
 	}
 	rawSchema, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "crd", "spec", "validation", "openAPIV3Schema")
 	schema, _ := rawSchema.(map[string]any)
+	if err := unsupportedSchemaError(schema); err != nil {
+		return nil, err
+	}
 	t := &template{
 		name:            name,
 		kind:            kind,
