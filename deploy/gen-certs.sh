@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Makes a CA, the extender's serving pair and the scheduler's client pair
 # for trying the deployment out, and prints the kubectl commands that store
-# them as the Secrets the manifests mount. Use your own PKI (or
-# cert-manager) in production.
+# them as the Secrets the manifests mount (the namespace must exist first:
+# kubectl apply -f deploy/base/namespace.yaml). Needs openssl only. Use
+# your own PKI or cert-manager (deploy/options/cert-manager.yaml) in
+# production.
 #   deploy/gen-certs.sh OUTDIR
 set -euo pipefail
 out=${1:?usage: gen-certs.sh OUTDIR}
@@ -15,15 +17,15 @@ openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365
 openssl req -newkey rsa:3072 -nodes -keyout scheduler.key -out scheduler.csr -subj "/CN=system:kube-scheduler"
 printf "extendedKeyUsage=clientAuth\n" > client.ext
 openssl x509 -req -in scheduler.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out scheduler.crt -extfile client.ext
-cp ca.crt client-ca.crt
 cat <<MSG
 kubectl -n opa-scheduler-extender create secret generic opa-scheduler-extender-tls \\
   --from-file=tls.crt=$PWD/tls.crt --from-file=tls.key=$PWD/tls.key \\
-  --from-file=client-ca.crt=$PWD/client-ca.crt --from-file=ca.crt=$PWD/ca.crt
+  --from-file=ca.crt=$PWD/ca.crt
 kubectl -n opa-scheduler-extender create secret generic opa-scheduler-client-tls \\
   --from-file=ca.crt=$PWD/ca.crt --from-file=tls.crt=$PWD/scheduler.crt --from-file=tls.key=$PWD/scheduler.key
-# For deploy/scheduler/kube-scheduler-config.yaml:
-#   caData:   $(base64 -w0 ca.crt | head -c 24)...   (base64 -w0 $PWD/ca.crt)
-#   certData: base64 -w0 $PWD/scheduler.crt
-#   keyData:  base64 -w0 $PWD/scheduler.key
+# For deploy/scheduler/kube-scheduler-config.yaml (base64 without line
+# breaks; these commands work with GNU and BSD base64 alike):
+#   caData:   base64 < $PWD/ca.crt | tr -d '\n'
+#   certData: base64 < $PWD/scheduler.crt | tr -d '\n'
+#   keyData:  base64 < $PWD/scheduler.key | tr -d '\n'
 MSG

@@ -30,6 +30,7 @@ var manifests = []string{
 	"deploy/base/service.yaml",
 	"deploy/second-scheduler/config.yaml",
 	"deploy/second-scheduler/scheduler.yaml",
+	"deploy/options/networkpolicy.yaml",
 }
 
 func mapper(t *testing.T, c *cluster.Cluster) meta.RESTMapper {
