@@ -6,7 +6,9 @@ import (
 )
 
 func TestSchemaKeywords(t *testing.T) {
-	obj := func(props map[string]any) map[string]any { return map[string]any{"type": "object", "properties": props} }
+	obj := func(props map[string]any) map[string]any {
+		return map[string]any{"type": "object", "properties": props}
+	}
 	for _, tc := range []struct {
 		name   string
 		schema map[string]any
