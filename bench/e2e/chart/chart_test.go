@@ -238,6 +238,19 @@ func TestChartRendersTheManifests(t *testing.T) {
 			sameObjects(t, tc.name, only(objs, tc.kinds...), file(t, tc.manifest))
 		})
 	}
+	t.Run("secondScheduler", func(t *testing.T) {
+		objs, err := render(t, "secondScheduler: {enabled: true}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sched []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetLabels()["app.kubernetes.io/name"] == "opa-scheduler" {
+				sched = append(sched, o)
+			}
+		}
+		sameObjects(t, "secondScheduler", sched, kustomized(t, "deploy/second-scheduler"))
+	})
 }
 
 func TestChartValues(t *testing.T) {

@@ -14,3 +14,11 @@ app.kubernetes.io/name: {{ include "ose.name" . }}
 
 {{/* The Service's DNS name, which the serving certificate must carry. */}}
 {{- define "ose.host" -}}{{ .Release.Name }}.{{ .Release.Namespace }}.svc{{- end -}}
+
+{{/* Labels of the second scheduler's objects. */}}
+{{- define "ose.schedulerLabels" -}}
+app.kubernetes.io/name: {{ .Values.secondScheduler.name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
