@@ -47,6 +47,8 @@ type Dir struct {
 	files  map[string]*fileState
 	synced bool
 	last   time.Time
+	// folders are the folders the last scan read (watch.go watches them).
+	folders []string
 	// scanErr is why the last scan could not list the folder, since
 	// scanFailed; nil when it could.
 	scanErr    error
@@ -133,9 +135,10 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 // are applied together once the whole folder is read, so that a policy
 // set changes in one step.
 func (d *Dir) Sync(ctx context.Context) error {
-	paths, err := yamlFiles(d.root)
+	paths, folders, err := walkFolder(d.root)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.folders = folders
 	if err != nil {
 		if d.scanErr == nil {
 			d.scanFailed = time.Now()
@@ -307,18 +310,30 @@ func sortChanges(changes []opa.Change) {
 	sort.SliceStable(changes, func(i, j int) bool { return rank(changes[i]) < rank(changes[j]) })
 }
 
-// Run scans until ctx ends.
+// Run scans until ctx ends: every interval, and as soon as the file-system
+// watch reports a change in a folder the last scan read (when the platform
+// offers one; the interval alone otherwise).
 func (d *Dir) Run(ctx context.Context) {
 	t := time.NewTicker(d.interval)
 	defer t.Stop()
+	w := newFolderWatch(d.log)
+	defer w.close()
 	for {
 		if err := d.Sync(ctx); err != nil {
 			d.log.Error("policy folder scan failed", "err", err)
 		}
+		d.mu.Lock()
+		folders := d.folders
+		d.mu.Unlock()
+		w.follow(folders)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.changed():
+			w.settle(ctx, watchSettle)
+		case err := <-w.errors():
+			d.log.Debug("policy folder watch", "err", err)
 		}
 	}
 }
@@ -408,6 +423,13 @@ func (d *Dir) FileErrors() int {
 // Hidden entries and testdata folders are skipped; a folder reached twice
 // through links is read once.
 func yamlFiles(root string) ([]string, error) {
+	files, _, err := walkFolder(root)
+	return files, err
+}
+
+// walkFolder is yamlFiles with the folders it read, for the file-system
+// watch (watch.go).
+func walkFolder(root string) (files, folders []string, err error) {
 	var out []string
 	seen := map[string]bool{}
 	var walk func(dir string, top bool) error
@@ -420,6 +442,7 @@ func yamlFiles(root string) ([]string, error) {
 			return nil // a link loop, or two links to one folder
 		}
 		seen[real] = true
+		folders = append(folders, dir)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			if !top && errors.Is(err, fs.ErrNotExist) {
@@ -452,7 +475,7 @@ func yamlFiles(root string) ([]string, error) {
 		}
 		return nil
 	}
-	err := walk(root, true)
+	err = walk(root, true)
 	sort.Strings(out)
-	return out, err
+	return out, folders, err
 }

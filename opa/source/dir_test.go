@@ -401,3 +401,53 @@ func TestDirReadiness(t *testing.T) {
 		t.Errorf("a vanished folder changed the engine: %s", got)
 	}
 }
+
+// TestDirWatchScansOnChange: with a scan interval far beyond the test, a
+// new file, a new folder's file, and a ConfigMap-style ..data swap are
+// still applied: the file-system watch triggers the scan.
+func TestDirWatchScansOnChange(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "..v1", "nodes.yaml"), nodeYAML("a", "1"))
+	if err := os.Symlink("..v1", filepath.Join(root, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "nodes.yaml"), filepath.Join(root, "nodes.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{objects: map[string]string{}}
+	d := NewDir(root, rec, DirOptions{Interval: time.Hour, VerifyInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the first scan", func() bool { return rec.keys() == "Node/a=1" })
+
+	write(t, filepath.Join(root, "more.yaml"), nodeYAML("b", "1"))
+	waitFor(t, "a new file", func() bool { return rec.keys() == "Node/a=1,Node/b=1" })
+
+	if err := os.MkdirAll(filepath.Join(root, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new folder watched", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, f := range d.folders {
+			if f == filepath.Join(root, "sub") {
+				return true
+			}
+		}
+		return false
+	})
+	write(t, filepath.Join(root, "sub", "c.yaml"), nodeYAML("c", "1"))
+	waitFor(t, "a file in a new folder", func() bool { return strings.Contains(rec.keys(), "Node/c=1") })
+
+	write(t, filepath.Join(root, "..v2", "nodes.yaml"), nodeYAML("a", "2"))
+	if err := os.Symlink("..v2", filepath.Join(root, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "..data_tmp"), filepath.Join(root, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ..data swap", func() bool { return strings.Contains(rec.keys(), "Node/a=2") })
+}
