@@ -103,3 +103,43 @@ func TestTestCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterConfigLookup: a policy folder alone never picks up the
+// developer's kubeconfig; without one, $KUBECONFIG is used as kubectl
+// would.
+func TestClusterConfigLookup(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://example.invalid:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kc)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	for _, tc := range []struct {
+		name string
+		f    serveFlags
+		host string // "" = no cluster
+	}{
+		{"folder alone", serveFlags{policyDir: "deploy/examples"}, ""},
+		{"no folder: $KUBECONFIG", serveFlags{}, "https://example.invalid:6443"},
+		{"explicit", serveFlags{policyDir: "x", kubeconfig: kc}, "https://example.invalid:6443"},
+		{"no cluster", serveFlags{noCluster: true}, ""},
+	} {
+		cfg, err := clusterConfig(tc.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		host := ""
+		if cfg != nil {
+			host = cfg.Host
+		}
+		if host != tc.host {
+			t.Errorf("%s: cluster %q, want %q", tc.name, host, tc.host)
+		}
+	}
+}

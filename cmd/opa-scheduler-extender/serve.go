@@ -62,7 +62,7 @@ type serveFlags struct {
 func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8888", "address to serve the extender verbs, health, metrics and debug endpoints on")
 	fs.StringVar(&f.policyDir, "policy-dir", "", "folder of YAML files (ConstraintTemplates, Constraints, inventory objects) to load and watch; folders named testdata and Suite documents are skipped")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to sync policies and inventory from and to bind through; empty: $KUBECONFIG, else the in-cluster configuration in a pod, else ~/.kube/config unless --policy-dir is given, else no cluster")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to sync policies and inventory from and to bind through; empty: the in-cluster configuration in a pod, else (without --policy-dir) $KUBECONFIG or ~/.kube/config as kubectl finds them, else no cluster")
 	fs.BoolVar(&f.noCluster, "no-cluster", false, "do not connect to any cluster, even in a pod (policies and inventory come from --policy-dir only)")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); reloaded when the file changes")
 	fs.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
@@ -144,11 +144,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return log, nil
 }
 
-// clusterConfig finds the cluster to use: --kubeconfig, else $KUBECONFIG,
-// else the in-cluster configuration inside a pod, else ~/.kube/config when
-// there is no --policy-dir (a folder given alone means a try-out without a
-// cluster: the developer's current context is not used behind their back),
-// else none.
+// clusterConfig finds the cluster to use: --kubeconfig, else the
+// in-cluster configuration inside a pod, else, when there is no
+// --policy-dir, $KUBECONFIG or ~/.kube/config as kubectl finds them (a
+// folder given alone outside a pod is a try-out without a cluster: the
+// developer's current context is not used behind their back), else none.
 func clusterConfig(f serveFlags) (*rest.Config, error) {
 	if f.noCluster {
 		if f.kubeconfig != "" {
@@ -161,12 +161,10 @@ func clusterConfig(f serveFlags) (*rest.Config, error) {
 	switch {
 	case f.kubeconfig != "":
 		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
-	case os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "":
-		cfg, err = loadKubeconfig("")
 	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
 		cfg, err = rest.InClusterConfig()
-	case f.policyDir == "" && fileExists(clientcmd.RecommendedHomeFile):
-		cfg, err = loadKubeconfig(clientcmd.RecommendedHomeFile)
+	case f.policyDir == "" && (os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" || fileExists(clientcmd.RecommendedHomeFile)):
+		cfg, err = loadKubeconfig("")
 	default:
 		return nil, nil
 	}
