@@ -286,86 +286,128 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	var errs []*ApplyError
-	fail := func(ref ObjectRef, err error) { errs = append(errs, &ApplyError{Ref: ref, Err: err}) }
-
-	templatesChanged := map[string]*template{} // name -> new version, nil = delete
-	constraintsChanged := false
-	var inv []Change
-
+	b := &batch{templates: map[string]*template{}}
 	for _, ch := range changes {
 		ref, err := changeRef(ch)
 		if err != nil {
-			fail(ref, err)
+			b.fail(ref, err)
 			continue
 		}
 		gvk := ref.GroupVersionKind
 		switch {
 		case gvk.Group == TemplateGroup && gvk.Kind == "ConstraintTemplate":
-			if ch.Object == nil {
-				templatesChanged[ref.Name] = nil
-				continue
-			}
-			if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.resourceVersion, ch.Object) {
-				continue
-			}
-			t, err := parseTemplate(ch.Object)
-			if err == nil {
-				err = compileAlone(t, e.caps)
-			}
-			if err != nil {
-				e.stats.compileErrors.Add(1)
-				e.templateState(ref.Name).err = err
-				e.log.Warn("template rejected; the previous version stays in force", "template", ref.Name, "err", err)
-				fail(ref, err)
-				continue
-			}
-			templatesChanged[ref.Name] = t
+			e.stageTemplate(b, ch, ref)
 		case gvk.Group == ConstraintGroup:
-			key := ConstraintKey{Kind: gvk.Kind, Name: ref.Name}
-			if ch.Object == nil {
-				if _, ok := e.constraints[key]; ok {
-					delete(e.constraints, key)
-					constraintsChanged = true
-				}
-				continue
-			}
-			c, err := parseConstraint(ch.Object, e.opts.EnforcementPoint)
-			st := e.constraints[key]
-			if st == nil {
-				st = &constraintState{}
-				e.constraints[key] = st
-			}
-			if err != nil {
-				e.stats.constraintErrors.Add(1)
-				st.err = err
-				e.log.Warn("constraint rejected; the previous version stays in force", "constraint", key.String(), "err", err)
-				fail(ref, err)
-				constraintsChanged = true // status changed
-				continue
-			}
-			if st.current != nil && st.err == nil && st.current.content == c.content {
-				continue
-			}
-			if t := e.templateForKind(key.Kind, templatesChanged); t != nil {
-				if _, err := checkParameters(t.schema, c.rawParameters, t.legacySchema); err != nil {
-					e.stats.constraintErrors.Add(1)
-					st.err = err
-					e.log.Warn("constraint rejected; the previous version stays in force", "constraint", key.String(), "err", err)
-					fail(ref, err)
-					constraintsChanged = true
-					continue
-				}
-			}
-			st.current, st.err = c, nil
-			constraintsChanged = true
+			e.stageConstraint(b, ch, ref)
 		default:
-			inv = append(inv, ch)
+			b.inventory = append(b.inventory, ch)
 		}
 	}
+	e.refuseDuplicateKinds(b)
 
-	// Kinds must be unique across templates: Gatekeeper owns one CRD per kind.
-	for name, t := range templatesChanged {
+	next, err := e.nextSnapshot(ctx, b.templates, b.constraintsChanged)
+	if err != nil {
+		for name, t := range b.templates {
+			if t != nil {
+				e.templateState(name).err = err
+				b.fail(templateRef(name), err)
+			}
+		}
+		b.templates = map[string]*template{}
+		next, _ = e.nextSnapshot(ctx, nil, b.constraintsChanged)
+	}
+	if ierrs := e.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
+		b.errs = append(b.errs, ierrs...)
+	}
+	return b.errs
+}
+
+// batch is what one Apply stages before its commit.
+type batch struct {
+	templates          map[string]*template // name -> new version, nil = delete
+	constraintsChanged bool
+	inventory          []Change
+	errs               []*ApplyError
+}
+
+func (b *batch) fail(ref ObjectRef, err error) {
+	b.errs = append(b.errs, &ApplyError{Ref: ref, Err: err})
+}
+
+func templateRef(name string) ObjectRef {
+	return ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}
+}
+
+// stageTemplate parses and compiles a template change on its own; a
+// refused one leaves the version in force.
+func (e *Engine) stageTemplate(b *batch, ch Change, ref ObjectRef) {
+	if ch.Object == nil {
+		b.templates[ref.Name] = nil
+		return
+	}
+	if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.resourceVersion, ch.Object) {
+		return
+	}
+	t, err := parseTemplate(ch.Object)
+	if err == nil {
+		err = compileAlone(t, e.caps)
+	}
+	if err != nil {
+		e.stats.compileErrors.Add(1)
+		e.templateState(ref.Name).err = err
+		e.log.Warn("template rejected; the previous version stays in force", "template", ref.Name, "err", err)
+		b.fail(ref, err)
+		return
+	}
+	b.templates[ref.Name] = t
+}
+
+// stageConstraint parses a constraint change and checks its parameters
+// against its template's schema (the staged version, when the batch
+// changes it); a refused one leaves the version in force.
+func (e *Engine) stageConstraint(b *batch, ch Change, ref ObjectRef) {
+	key := ConstraintKey{Kind: ref.GroupVersionKind.Kind, Name: ref.Name}
+	if ch.Object == nil {
+		if _, ok := e.constraints[key]; ok {
+			delete(e.constraints, key)
+			b.constraintsChanged = true
+		}
+		return
+	}
+	st := e.constraints[key]
+	if st == nil {
+		st = &constraintState{}
+		e.constraints[key] = st
+	}
+	refuse := func(err error) {
+		e.stats.constraintErrors.Add(1)
+		st.err = err
+		e.log.Warn("constraint rejected; the previous version stays in force", "constraint", key.String(), "err", err)
+		b.fail(ref, err)
+		b.constraintsChanged = true // its status changed
+	}
+	c, err := parseConstraint(ch.Object, e.opts.EnforcementPoint)
+	if err != nil {
+		refuse(err)
+		return
+	}
+	if st.current != nil && st.err == nil && st.current.content == c.content {
+		return
+	}
+	if t := e.templateForKind(key.Kind, b.templates); t != nil {
+		if _, err := checkParameters(t.schema, c.rawParameters, t.legacySchema); err != nil {
+			refuse(err)
+			return
+		}
+	}
+	st.current, st.err = c, nil
+	b.constraintsChanged = true
+}
+
+// refuseDuplicateKinds drops staged templates whose kind another template
+// defines: Gatekeeper owns one CRD per kind.
+func (e *Engine) refuseDuplicateKinds(b *batch) {
+	for name, t := range b.templates {
 		if t == nil {
 			continue
 		}
@@ -373,32 +415,16 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 			if other == name || st.current == nil || st.current.kind != t.kind {
 				continue
 			}
-			if o, changing := templatesChanged[other]; changing && (o == nil || o.kind != t.kind) {
+			if o, changing := b.templates[other]; changing && (o == nil || o.kind != t.kind) {
 				continue
 			}
 			err := fmt.Errorf("%w: kind %s is already defined by template %s", ErrInvalidTemplate, t.kind, other)
 			e.templateState(name).err = err
-			fail(ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}, err)
-			delete(templatesChanged, name)
+			b.fail(templateRef(name), err)
+			delete(b.templates, name)
 			break
 		}
 	}
-
-	next, err := e.nextSnapshot(ctx, templatesChanged, constraintsChanged)
-	if err != nil {
-		for name, t := range templatesChanged {
-			if t != nil {
-				e.templateState(name).err = err
-				fail(ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}, err)
-			}
-		}
-		templatesChanged = map[string]*template{}
-		next, _ = e.nextSnapshot(ctx, nil, constraintsChanged)
-	}
-	if ierrs := e.commit(ctx, templatesChanged, next, inv); len(ierrs) > 0 {
-		errs = append(errs, ierrs...)
-	}
-	return errs
 }
 
 // templateForKind finds the template that will define kind after this
