@@ -106,28 +106,6 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 		rejectedBy:  map[string]map[string]prometheus.Counter{},
 		evaluatedBy: map[string]prometheus.Counter{},
 	}
-	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace:   MetricsNamespace,
-		Name:        "info",
-		Help:        "Constant 1, labelled with the enforcement point this service answers to.",
-		ConstLabels: prometheus.Labels{"enforcement_point": enforcementPoint},
-	})
-	info.Set(1)
-	unknown := func(s string) string {
-		if s == "" {
-			return "unknown"
-		}
-		return s
-	}
-	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace,
-		Name:      "build_info",
-		Help:      "Constant 1, labelled with the version, VCS revision and Go version of the binary.",
-		ConstLabels: prometheus.Labels{"version": unknown(build.Version), "revision": unknown(build.Revision),
-			"goversion": unknown(build.GoVersion)},
-	})
-	buildInfo.Set(1)
-
 	// Initialise every bounded series so that rates start at zero.
 	for _, v := range verbs {
 		m.evalsBy[v] = m.evalsPer.WithLabelValues(v)
@@ -143,7 +121,8 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 	}
 
 	for _, c := range []prometheus.Collector{
-		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, info, buildInfo,
+		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, constantGauge("info", "Constant 1, labelled with the enforcement point this service answers to.",
+			prometheus.Labels{"enforcement_point": enforcementPoint}), buildInfoGauge(build),
 		newPolicyCollector(policy),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -253,6 +232,26 @@ type policyCollector struct {
 	compileErrors, constraintErrors               *prometheus.Desc
 	generation, lastApply, inventory              *prometheus.Desc
 	templates, constraints                        *prometheus.Desc
+}
+
+// constantGauge is a gauge set to 1 whose labels carry the information.
+func constantGauge(name, help string, labels prometheus.Labels) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: MetricsNamespace, Name: name, Help: help, ConstLabels: labels})
+	g.Set(1)
+	return g
+}
+
+// buildInfoGauge is opa_scheduler_extender_build_info; empty fields are
+// reported as "unknown".
+func buildInfoGauge(build BuildInfo) prometheus.Gauge {
+	unknown := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	return constantGauge("build_info", "Constant 1, labelled with the version, VCS revision and Go version of the binary.",
+		prometheus.Labels{"version": unknown(build.Version), "revision": unknown(build.Revision), "goversion": unknown(build.GoVersion)})
 }
 
 func newPolicyCollector(p Policy) *policyCollector {
