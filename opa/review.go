@@ -9,6 +9,61 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// admissionReview is the AdmissionRequest's JSON fields a template sees
+// for req, plus namespaceObject.
+func admissionReview(req ReviewRequest, gvk schema.GroupVersionKind, obj map[string]any) map[string]any {
+	name, _, _ := objectMeta(obj)
+	if req.Name != "" {
+		name = req.Name
+	}
+	review := map[string]any{
+		"uid":       "",
+		"kind":      map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
+		"resource":  map[string]any{"group": req.Resource.Group, "version": req.Resource.Version, "resource": req.Resource.Resource},
+		"operation": req.Operation,
+		"userInfo":  map[string]any{},
+		"object":    req.Object,
+		"oldObject": req.OldObject,
+		"options":   nil,
+	}
+	if name != "" {
+		review["name"] = name
+	}
+	if req.Namespace != "" {
+		review["namespace"] = req.Namespace
+	}
+	if req.UserInfo != nil {
+		review["userInfo"] = req.UserInfo
+	}
+	for k, v := range req.Extra {
+		review[k] = v
+	}
+	review["namespaceObject"] = req.NamespaceObject
+	return review
+}
+
+// reviewTargets are what constraints match against: the object and the
+// old object (either may be missing), in namespace unless they name one.
+func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace string) []*matchable {
+	var nsInfo *namespaceInfo
+	if len(req.NamespaceObject) > 0 {
+		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
+		nsInfo = &namespaceInfo{name: nsName, labels: nsLabels}
+	}
+	var targets []*matchable
+	for _, o := range []map[string]any{req.Object, req.OldObject} {
+		if o == nil {
+			continue
+		}
+		n, ns, labels := objectMeta(o)
+		if ns == "" {
+			ns = namespace
+		}
+		targets = append(targets, &matchable{gvk: gvk, name: n, namespace: ns, labels: labels, ns: nsInfo, source: "Original"})
+	}
+	return targets
+}
+
 // Review evaluates one admission-style review against every constraint
 // whose spec.match selects it, whatever its enforcement action: this is
 // what gator verify and Gatekeeper's audit do. Violations carry the
@@ -38,54 +93,12 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		kind, _ := obj["kind"].(string)
 		gvk = schema.FromAPIVersionAndKind(apiVersion, kind)
 	}
-	name, namespace, _ := objectMeta(obj)
-	if req.Name != "" {
-		name = req.Name
-	}
-	review := map[string]any{
-		"uid":       "",
-		"kind":      map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
-		"resource":  map[string]any{"group": req.Resource.Group, "version": req.Resource.Version, "resource": req.Resource.Resource},
-		"operation": req.Operation,
-		"userInfo":  map[string]any{},
-		"object":    req.Object,
-		"oldObject": req.OldObject,
-		"options":   nil,
-	}
-	if name != "" {
-		review["name"] = name
-	}
-	if req.Namespace != "" {
-		review["namespace"] = req.Namespace
-	}
-	if req.UserInfo != nil {
-		review["userInfo"] = req.UserInfo
-	}
-	for k, v := range req.Extra {
-		review[k] = v
-	}
-	review["namespaceObject"] = req.NamespaceObject
-	reviewValue, err := ast.InterfaceToValue(review)
+	reviewValue, err := ast.InterfaceToValue(admissionReview(req, gvk, obj))
 	if err != nil {
 		return nil, fmt.Errorf("convert review: %w", err)
 	}
-
-	var nsInfo *namespaceInfo
-	if len(req.NamespaceObject) > 0 {
-		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
-		nsInfo = &namespaceInfo{name: nsName, labels: nsLabels}
-	}
-	var targets []*matchable
-	for _, o := range []map[string]any{req.Object, req.OldObject} {
-		if o == nil {
-			continue
-		}
-		n, ns, labels := objectMeta(o)
-		if ns == "" {
-			ns = namespace
-		}
-		targets = append(targets, &matchable{gvk: gvk, name: n, namespace: ns, labels: labels, ns: nsInfo, source: "Original"})
-	}
+	_, namespace, _ := objectMeta(obj)
+	targets := reviewTargets(req, gvk, namespace)
 
 	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
 		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath))}
