@@ -57,23 +57,7 @@ func Node(i int) *unstructured.Unstructured {
 	p := Pools[i%len(Pools)]
 	zone := Zones[(i/len(Pools))%len(Zones)]
 	name := NodeName(i)
-	labels := map[string]any{
-		"kubernetes.io/hostname":                   name,
-		"kubernetes.io/os":                         "linux",
-		"kubernetes.io/arch":                       "amd64",
-		"beta.kubernetes.io/os":                    "linux",
-		"beta.kubernetes.io/arch":                  "amd64",
-		"beta.kubernetes.io/instance-type":         p.InstanceType,
-		"node.kubernetes.io/instance-type":         p.InstanceType,
-		"topology.kubernetes.io/region":            "eu-west-1",
-		"topology.kubernetes.io/zone":              zone,
-		"failure-domain.beta.kubernetes.io/region": "eu-west-1",
-		"failure-domain.beta.kubernetes.io/zone":   zone,
-		"example.com/pool":                         p.Name,
-	}
-	for k, v := range p.Labels {
-		labels[k] = v
-	}
+	labels := nodeLabels(name, p, zone)
 	spec := map[string]any{
 		"podCIDR":    fmt.Sprintf("10.%d.%d.0/24", 64+i/65536, (i/256)%256),
 		"podCIDRs":   []any{fmt.Sprintf("10.%d.%d.0/24", 64+i/65536, (i/256)%256)},
@@ -139,6 +123,30 @@ func Node(i int) *unstructured.Unstructured {
 		},
 	}
 	return &unstructured.Unstructured{Object: obj}
+}
+
+// nodeLabels are the labels every Node of pool p in zone carries, small
+// or kubelet-sized: the well-known topology and instance labels, the
+// pool's own and example.com/pool.
+func nodeLabels(name string, p Pool, zone string) map[string]any {
+	labels := map[string]any{
+		"kubernetes.io/hostname":                   name,
+		"kubernetes.io/os":                         "linux",
+		"kubernetes.io/arch":                       "amd64",
+		"beta.kubernetes.io/os":                    "linux",
+		"beta.kubernetes.io/arch":                  "amd64",
+		"beta.kubernetes.io/instance-type":         p.InstanceType,
+		"node.kubernetes.io/instance-type":         p.InstanceType,
+		"topology.kubernetes.io/region":            "eu-west-1",
+		"topology.kubernetes.io/zone":              zone,
+		"failure-domain.beta.kubernetes.io/region": "eu-west-1",
+		"failure-domain.beta.kubernetes.io/zone":   zone,
+		"example.com/pool":                         p.Name,
+	}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	return labels
 }
 
 // Nodes are nodes 0..n-1.

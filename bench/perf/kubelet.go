@@ -198,93 +198,115 @@ var amis = []struct{ id, kernel, osImage, runtime, kubelet string }{
 // heartbeat times, the image list; the node image varies within a pool
 // during a rolling upgrade. About 10 KB of JSON (8 to 14 KB).
 func KubeletNode(i int) *unstructured.Unstructured {
-	rng := rand.New(rand.NewPCG(uint64(i), 0x6b7562656c6574))
-	p := Pools[i%len(Pools)]
-	zone := Zones[(i/len(Pools))%len(Zones)]
-	name := NodeName(i)
-	hexN := func(n int) string {
-		const digits = "0123456789abcdef"
-		b := make([]byte, n)
-		for j := range b {
-			b[j] = digits[rng.IntN(16)]
-		}
-		return string(b)
+	g := newKubeletGen(i)
+	// The random draws come in a fixed order (instance, times, images,
+	// uid, resourceVersion, nodeInfo): node i is the same in every run.
+	instanceID := "i-0" + g.hex(16)
+	labels, annotations := g.meta(instanceID)
+	created := 1740819600 + int64(i)*37 + g.rng.Int64N(30) // 2025-03-01T09:00:00Z, a node every ~37 s
+	heartbeat := 1740931200 + g.rng.Int64N(40)             // 2025-03-02T16:00:00Z, heartbeats 40 s apart
+	spec := g.spec(instanceID)
+	images := g.images()
+	metadata := map[string]any{
+		"name":              g.name,
+		"uid":               uuid4(g.rng),
+		"resourceVersion":   fmt.Sprintf("%d", 48213000+i*7+g.rng.IntN(7)),
+		"creationTimestamp": rfc3339(created),
+		"labels":            labels,
+		"annotations":       annotations,
 	}
-	instanceID := "i-0" + hexN(16)
-	ip := fmt.Sprintf("10.%d.%d.%d", 16+(i/len(Pools))%len(Zones)*16, (i/250)%256, 4+i%250)
-	dns := "ip-" + strings.ReplaceAll(ip, ".", "-") + ".eu-west-1.compute.internal"
+	status := g.status(created, heartbeat, images)
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": spec, "status": status}}
+}
+
+// kubeletGen is what KubeletNode derives node i from.
+type kubeletGen struct {
+	i        int
+	rng      *rand.Rand
+	p        Pool
+	zone     string
+	name, ip string
+	ami      struct{ id, kernel, osImage, runtime, kubelet string }
+}
+
+func newKubeletGen(i int) *kubeletGen {
+	g := &kubeletGen{i: i, rng: rand.New(rand.NewPCG(uint64(i), 0x6b7562656c6574)), p: Pools[i%len(Pools)],
+		zone: Zones[(i/len(Pools))%len(Zones)], name: NodeName(i), ami: amis[0]}
+	g.ip = fmt.Sprintf("10.%d.%d.%d", 16+(i/len(Pools))%len(Zones)*16, (i/250)%256, 4+i%250)
+	if i%len(Pools) >= 6 || i%17 == 4 {
+		g.ami = amis[1]
+	}
+	return g
+}
+
+func (g *kubeletGen) hex(n int) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, n)
+	for j := range b {
+		b[j] = digits[g.rng.IntN(16)]
+	}
+	return string(b)
+}
+
+func rfc3339(unix int64) string { return time.Unix(unix, 0).UTC().Format(time.RFC3339) }
+
+// meta are the labels and annotations a kubelet and the cloud provider set.
+func (g *kubeletGen) meta(instanceID string) (labels, annotations map[string]any) {
 	capacityType := "ON_DEMAND"
-	if p.Labels["node.kubernetes.io/lifecycle"] == "spot" {
+	if g.p.Labels["node.kubernetes.io/lifecycle"] == "spot" {
 		capacityType = "SPOT"
 	}
-	ami := amis[0]
-	if i%len(Pools) >= 6 || i%17 == 4 {
-		ami = amis[1]
-	}
-	labels := map[string]any{
-		"kubernetes.io/hostname":                   name,
-		"kubernetes.io/os":                         "linux",
-		"kubernetes.io/arch":                       "amd64",
-		"beta.kubernetes.io/os":                    "linux",
-		"beta.kubernetes.io/arch":                  "amd64",
-		"beta.kubernetes.io/instance-type":         p.InstanceType,
-		"node.kubernetes.io/instance-type":         p.InstanceType,
-		"topology.kubernetes.io/region":            "eu-west-1",
-		"topology.kubernetes.io/zone":              zone,
-		"failure-domain.beta.kubernetes.io/region": "eu-west-1",
-		"failure-domain.beta.kubernetes.io/zone":   zone,
-		"topology.k8s.aws/zone-id":                 fmt.Sprintf("euw1-az%d", 1+(i/len(Pools))%len(Zones)),
+	labels = nodeLabels(g.name, g.p, g.zone)
+	for k, v := range map[string]any{
+		"topology.k8s.aws/zone-id":                 fmt.Sprintf("euw1-az%d", 1+(g.i/len(Pools))%len(Zones)),
 		"k8s.io/cloud-provider-aws":                "8f3c1e2d9b7a6054c3e2f1a0b9c8d7e6",
-		"eks.amazonaws.com/nodegroup":              p.Name,
-		"eks.amazonaws.com/nodegroup-image":        ami.id,
+		"eks.amazonaws.com/nodegroup":              g.p.Name,
+		"eks.amazonaws.com/nodegroup-image":        g.ami.id,
 		"eks.amazonaws.com/capacityType":           capacityType,
-		"eks.amazonaws.com/sourceLaunchTemplateId": fmt.Sprintf("lt-0%016x", 0x1234abcd0000+uint64(i%len(Pools))),
-		"example.com/pool":                         p.Name,
+		"eks.amazonaws.com/sourceLaunchTemplateId": fmt.Sprintf("lt-0%016x", 0x1234abcd0000+uint64(g.i%len(Pools))),
+	} {
+		if _, pool := g.p.Labels[k]; !pool {
+			labels[k] = v // the pool's own labels win, as before
+		}
 	}
-	for k, v := range p.Labels {
-		labels[k] = v
-	}
-	annotations := map[string]any{
+	annotations = map[string]any{
 		"node.alpha.kubernetes.io/ttl":                           "0",
 		"volumes.kubernetes.io/controller-managed-attach-detach": "true",
-		"alpha.kubernetes.io/provided-node-ip":                   ip,
+		"alpha.kubernetes.io/provided-node-ip":                   g.ip,
 		"csi.volume.kubernetes.io/nodeid":                        fmt.Sprintf(`{"ebs.csi.aws.com":"%s","efs.csi.aws.com":"%s"}`, instanceID, instanceID),
 	}
-	if UnderMaintenance(i) {
+	if UnderMaintenance(g.i) {
 		labels[MaintenanceLabel] = "true"
-		annotations[MaintenanceReasonAnnotation] = fmt.Sprintf("kernel upgrade, ticket OPS-%d", 4100+i)
+		annotations[MaintenanceReasonAnnotation] = fmt.Sprintf("kernel upgrade, ticket OPS-%d", 4100+g.i)
 	}
-	created := 1740819600 + int64(i)*37 + rng.Int64N(30) // 2025-03-01T09:00:00Z, a node every ~37 s
-	heartbeat := 1740931200 + rng.Int64N(40)             // 2025-03-02T16:00:00Z, heartbeats 40 s apart
-	ts := func(unix int64) string { return time.Unix(unix, 0).UTC().Format(time.RFC3339) }
-	cond := func(typ, status, reason, msg string) any {
-		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg,
-			"lastHeartbeatTime": ts(heartbeat), "lastTransitionTime": ts(created + 12 + int64(len(typ)))}
-	}
-	spec := map[string]any{
-		"podCIDR":    fmt.Sprintf("10.%d.%d.0/24", 64+i/65536, (i/256)%256),
-		"podCIDRs":   []any{fmt.Sprintf("10.%d.%d.0/24", 64+i/65536, (i/256)%256)},
-		"providerID": "aws:///" + zone + "/" + instanceID,
-	}
-	if len(p.Taints) > 0 {
-		taints := make([]any, len(p.Taints))
-		for j, t := range p.Taints {
+	return labels, annotations
+}
+
+func (g *kubeletGen) spec(instanceID string) map[string]any {
+	cidr := fmt.Sprintf("10.%d.%d.0/24", 64+g.i/65536, (g.i/256)%256)
+	spec := map[string]any{"podCIDR": cidr, "podCIDRs": []any{cidr}, "providerID": "aws:///" + g.zone + "/" + instanceID}
+	if len(g.p.Taints) > 0 {
+		taints := make([]any, len(g.p.Taints))
+		for j, t := range g.p.Taints {
 			taints[j] = t
 		}
 		spec["taints"] = taints
 	}
+	return spec
+}
 
-	// The node's images: its daemons', most add-ons, and what its pods
-	// ran; 30 to 50 in all (35 on average), largest first.
-	want := 30 + rng.IntN(1+rng.IntN(21))
+// images are the node's images: its daemons', most add-ons, and what its
+// pods ran; 30 to 50 in all (35 on average), largest first.
+func (g *kubeletGen) images() []any {
+	want := 30 + g.rng.IntN(1+g.rng.IntN(21))
 	var imgs []nodeImage
 	imgs = append(imgs, systemImages...)
 	for _, im := range clusterImages {
-		if rng.IntN(10) < 6 {
+		if g.rng.IntN(10) < 6 {
 			imgs = append(imgs, im)
 		}
 	}
-	for _, j := range rng.Perm(len(workloadImages)) {
+	for _, j := range g.rng.Perm(len(workloadImages)) {
 		if len(imgs) >= want {
 			break
 		}
@@ -295,59 +317,60 @@ func KubeletNode(i int) *unstructured.Unstructured {
 	for j, im := range imgs {
 		images[j] = im.entry()
 	}
+	return images
+}
 
-	allocMem := memoryKi(p.Memory) - 500*1024 - int64(p.CPU)*100*1024 // kube-reserved + eviction threshold
-	obj := map[string]any{
-		"apiVersion": "v1",
-		"kind":       "Node",
-		"metadata": map[string]any{
-			"name":              name,
-			"uid":               uuid4(rng),
-			"resourceVersion":   fmt.Sprintf("%d", 48213000+i*7+rng.IntN(7)),
-			"creationTimestamp": ts(created),
-			"labels":            labels,
-			"annotations":       annotations,
-		},
-		"spec": spec,
-		"status": map[string]any{
-			"capacity": map[string]any{"cpu": fmt.Sprint(p.CPU), "memory": p.Memory, "pods": "58", "ephemeral-storage": "104845292Ki",
-				"hugepages-1Gi": "0", "hugepages-2Mi": "0"},
-			"allocatable": map[string]any{"cpu": fmt.Sprintf("%dm", p.CPU*1000-70-10*p.CPU), "memory": fmt.Sprintf("%dKi", allocMem), "pods": "58",
-				"ephemeral-storage": "95551679124", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
-			"conditions": []any{
-				cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-				cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-				cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-				cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-			},
-			"addresses": []any{
-				map[string]any{"type": "InternalIP", "address": ip},
-				map[string]any{"type": "InternalDNS", "address": dns},
-				map[string]any{"type": "Hostname", "address": name},
-			},
-			"daemonEndpoints": map[string]any{"kubeletEndpoint": map[string]any{"Port": int64(10250)}},
-			"nodeInfo": map[string]any{
-				"machineID":               "ec2" + hexN(29),
-				"systemUUID":              "ec2" + hexN(5) + "-" + hexN(4) + "-" + hexN(4) + "-" + hexN(4) + "-" + hexN(12),
-				"bootID":                  uuid4(rng),
-				"kernelVersion":           ami.kernel,
-				"osImage":                 ami.osImage,
-				"containerRuntimeVersion": ami.runtime,
-				"kubeletVersion":          ami.kubelet,
-				"kubeProxyVersion":        ami.kubelet,
-				"operatingSystem":         "linux",
-				"architecture":            "amd64",
-				"swap":                    map[string]any{"capacity": int64(0)},
-			},
-			"images": images,
-			"runtimeHandlers": []any{
-				map[string]any{"name": "runc", "features": map[string]any{"recursiveReadOnlyMounts": true, "userNamespaces": true}},
-				map[string]any{"name": "", "features": map[string]any{"recursiveReadOnlyMounts": true, "userNamespaces": true}},
-			},
-			"features": map[string]any{"supplementalGroupsPolicy": true},
-		},
+func (g *kubeletGen) status(created, heartbeat int64, images []any) map[string]any {
+	p := g.p
+	cond := func(typ, status, reason, msg string) any {
+		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg,
+			"lastHeartbeatTime": rfc3339(heartbeat), "lastTransitionTime": rfc3339(created + 12 + int64(len(typ)))}
 	}
-	return &unstructured.Unstructured{Object: obj}
+	allocMem := memoryKi(p.Memory) - 500*1024 - int64(p.CPU)*100*1024 // kube-reserved + eviction threshold
+	dns := "ip-" + strings.ReplaceAll(g.ip, ".", "-") + ".eu-west-1.compute.internal"
+	return map[string]any{
+		"capacity": map[string]any{"cpu": fmt.Sprint(p.CPU), "memory": p.Memory, "pods": "58", "ephemeral-storage": "104845292Ki",
+			"hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+		"allocatable": map[string]any{"cpu": fmt.Sprintf("%dm", p.CPU*1000-70-10*p.CPU), "memory": fmt.Sprintf("%dKi", allocMem), "pods": "58",
+			"ephemeral-storage": "95551679124", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+		"conditions": []any{
+			cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+			cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+			cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+			cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+		},
+		"addresses": []any{
+			map[string]any{"type": "InternalIP", "address": g.ip},
+			map[string]any{"type": "InternalDNS", "address": dns},
+			map[string]any{"type": "Hostname", "address": g.name},
+		},
+		"daemonEndpoints": map[string]any{"kubeletEndpoint": map[string]any{"Port": int64(10250)}},
+		"nodeInfo":        g.nodeInfo(),
+		"images":          images,
+		"runtimeHandlers": []any{
+			map[string]any{"name": "runc", "features": map[string]any{"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+			map[string]any{"name": "", "features": map[string]any{"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+		},
+		"features": map[string]any{"supplementalGroupsPolicy": true},
+	}
+}
+
+func (g *kubeletGen) nodeInfo() map[string]any {
+	machineID := "ec2" + g.hex(29)
+	systemUUID := "ec2" + g.hex(5) + "-" + g.hex(4) + "-" + g.hex(4) + "-" + g.hex(4) + "-" + g.hex(12)
+	return map[string]any{
+		"machineID":               machineID,
+		"systemUUID":              systemUUID,
+		"bootID":                  uuid4(g.rng),
+		"kernelVersion":           g.ami.kernel,
+		"osImage":                 g.ami.osImage,
+		"containerRuntimeVersion": g.ami.runtime,
+		"kubeletVersion":          g.ami.kubelet,
+		"kubeProxyVersion":        g.ami.kubelet,
+		"operatingSystem":         "linux",
+		"architecture":            "amd64",
+		"swap":                    map[string]any{"capacity": int64(0)},
+	}
 }
 
 func uuid4(rng *rand.Rand) string {
