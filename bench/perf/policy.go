@@ -201,9 +201,16 @@ func examplePolicies(d Dirs) ([]Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(tmpls)
+	return folderPolicies(tmpls, "examples/")
+}
+
+// folderPolicies reads policies laid out as the examples are: each
+// folder's template.yaml with the constraints of its constraint.yaml (at
+// least one), Source the prefix and the folder's name, in path order.
+func folderPolicies(templates []string, prefix string) ([]Policy, error) {
+	sort.Strings(templates)
 	var out []Policy
-	for _, tf := range tmpls {
+	for _, tf := range templates {
 		dir := filepath.Dir(tf)
 		t, err := readOne(tf)
 		if err != nil {
@@ -213,7 +220,10 @@ func examplePolicies(d Dirs) ([]Policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Policy{Source: "examples/" + filepath.Base(dir), Template: t, Constraints: cons})
+		if len(cons) == 0 {
+			return nil, fmt.Errorf("%s: no constraint", filepath.Join(dir, "constraint.yaml"))
+		}
+		out = append(out, Policy{Source: prefix + filepath.Base(dir), Template: t, Constraints: cons})
 	}
 	return out, nil
 }

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // ActionAnnotation sets a constraint's action at this enforcement point
@@ -71,24 +69,7 @@ func realisticPolicies(d Dirs) ([]Policy, error) {
 		return nil, fmt.Errorf("want the %d placement templates of the realistic set in %s/*/template.yaml (bench/testdata/realistic; set -realistic), found %d",
 			RealisticPlacementTemplates, abs, len(tmpls))
 	}
-	sort.Strings(tmpls)
-	var out []Policy
-	for _, tf := range tmpls {
-		dir := filepath.Dir(tf)
-		t, err := readOne(tf)
-		if err != nil {
-			return nil, err
-		}
-		cons, err := source.ReadFile(filepath.Join(dir, "constraint.yaml"))
-		if err != nil {
-			return nil, err
-		}
-		if len(cons) == 0 {
-			return nil, fmt.Errorf("%s: no constraint", filepath.Join(dir, "constraint.yaml"))
-		}
-		out = append(out, Policy{Source: RealisticSourcePrefix + filepath.Base(dir), Template: t, Constraints: cons})
-	}
-	return out, nil
+	return folderPolicies(tmpls, RealisticSourcePrefix)
 }
 
 // checkLibrary is the library half of Check.
