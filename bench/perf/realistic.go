@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
 )
 
 // ActionAnnotation sets a constraint's action at this enforcement point
