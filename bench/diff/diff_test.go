@@ -263,23 +263,7 @@ func TestDifferential(t *testing.T) {
 	}
 	eng, engSingle := engines[0], engines[1]
 
-	apply := func(objs []*unstructured.Unstructured) map[string]error {
-		changes := make([]opa.Change, len(objs))
-		for i, o := range objs {
-			changes[i] = opa.Change{Object: o.DeepCopy()}
-		}
-		var out map[string]error
-		for i, e := range engines {
-			errs := map[string]error{}
-			for _, ae := range e.Apply(ctx, changes) {
-				errs[ae.Ref.GroupVersionKind.Kind+"/"+ae.Ref.Name] = ae.Err
-			}
-			if i == 0 {
-				out = errs
-			}
-		}
-		return out
-	}
+	apply := func(objs []*unstructured.Unstructured) map[string]error { return applyAll(ctx, engines, objs) }
 
 	// Templates and constraints: both sides must accept or reject the same.
 	var templates, constraints []*unstructured.Unstructured
@@ -687,4 +671,25 @@ func logCoverage(t *testing.T, peerOut [][]nodeOutcome, wantAction map[opa.Const
 	sort.Strings(counts)
 	t.Logf("violations per constraint (peer, all nodes): %s", strings.Join(counts, " "))
 	return never
+}
+
+// applyAll applies copies of objs to every engine and returns the first
+// engine's refusals by "Kind/name" (the others get the same objects; what
+// they answer is compared afterwards).
+func applyAll(ctx context.Context, engines []*opa.Engine, objs []*unstructured.Unstructured) map[string]error {
+	changes := make([]opa.Change, len(objs))
+	for i, o := range objs {
+		changes[i] = opa.Change{Object: o.DeepCopy()}
+	}
+	var out map[string]error
+	for i, e := range engines {
+		errs := map[string]error{}
+		for _, ae := range e.Apply(ctx, changes) {
+			errs[ae.Ref.GroupVersionKind.Kind+"/"+ae.Ref.Name] = ae.Err
+		}
+		if i == 0 {
+			out = errs
+		}
+	}
+	return out
 }

@@ -289,23 +289,7 @@ func runNameSuite(t *testing.T, dir string, nonString bool) {
 	}
 	engMemo, engSingle, engNoMemo := newEngine(opa.Options{}), newEngine(opa.Options{}), newEngine(opa.Options{DisableMemo: true})
 	engines := []*opa.Engine{engMemo, engSingle, engNoMemo}
-	apply := func(objs []*unstructured.Unstructured) map[string]error {
-		changes := make([]opa.Change, len(objs))
-		for i, o := range objs {
-			changes[i] = opa.Change{Object: o.DeepCopy()}
-		}
-		var out map[string]error
-		for i, e := range engines {
-			errs := map[string]error{}
-			for _, ae := range e.Apply(ctx, changes) {
-				errs[ae.Ref.GroupVersionKind.Kind+"/"+ae.Ref.Name] = ae.Err
-			}
-			if i == 0 {
-				out = errs
-			}
-		}
-		return out
-	}
+	apply := func(objs []*unstructured.Unstructured) map[string]error { return applyAll(ctx, engines, objs) }
 
 	// Both sides must accept every template and constraint.
 	templateOf := map[string]string{}
