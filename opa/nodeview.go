@@ -21,8 +21,8 @@ import (
 // which, and that nothing reads the Nodes in other ways); the whole Node is
 // kept as JSON deflated against a dictionary of the first Nodes seen
 // (opa/internal/compact: what Nodes share, keys, images, digests, costs
-// nothing per Node; 10 KB of kubelet JSON keeps in under 1 KB), bytes the
-// garbage collector does not scan, and a change of policy that reads more re-cuts every Node from them, in the
+// nothing per Node), bytes the garbage collector does not scan, and a
+// change of policy that reads more re-cuts every Node from them, in the
 // same commit (a cut that shrinks keeps serving the policy set it replaces
 // until the next commit, for requests still holding it). Templates see
 // exactly the values they read, so verdicts are

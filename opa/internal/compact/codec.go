@@ -39,9 +39,9 @@ func NewCodec(samples ...[]byte) *Codec {
 	c := &Codec{dict: bytes.Clone(dict)}
 	c.writers.New = func() any {
 		z := &writer{}
-		// Level 1 (BestSpeed) ignores dictionaries; the default level is
-		// the one that uses it best (measured on kubelet-sized Nodes:
-		// about 750 bytes a Node against 4 KB without one).
+		// Level 1 (BestSpeed) ignores dictionaries; the default level
+		// uses it best (bench/README.md "Memory: the growth curve" has
+		// what it saves on kubelet-sized Nodes).
 		z.w, _ = flate.NewWriterDict(&z.out, flate.DefaultCompression, c.dict)
 		return z
 	}
