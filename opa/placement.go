@@ -1,5 +1,7 @@
 package opa
 
+import "strings"
+
 // Placement is the answer to a PlacementRequest.
 //
 // It keeps verdicts the way they were computed, not copied per node: the
@@ -276,4 +278,56 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 		}
 	}
 	return p
+}
+
+// DenyMessage joins the deny violations on node i, each as
+// "[<constraint name>] <msg>", with "; ": the reason both front ends
+// (the extender's filter, the plugin's Filter) give for a denied node.
+func (p *Placement) DenyMessage(i int) string {
+	var b strings.Builder
+	p.EachViolationOf(i, Deny, func(x *Violation) {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteByte('[')
+		b.WriteString(x.Constraint.Name)
+		b.WriteString("] ")
+		b.WriteString(x.Message)
+	})
+	return b.String()
+}
+
+// PodDenied reports whether a deny constraint that cannot see the node is
+// violated, so that every known node is denied whatever it is, and the
+// reason as DenyMessage writes it (node-reading violations left out).
+func (p *Placement) PodDenied() (bool, string) {
+	if !p.commonDeny {
+		return false, ""
+	}
+	var b strings.Builder
+	for i := range p.Common {
+		x := &p.Common[i]
+		if x.Action != Deny {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteByte('[')
+		b.WriteString(x.Constraint.Name)
+		b.WriteString("] ")
+		b.WriteString(x.Message)
+	}
+	return true, b.String()
+}
+
+// AnyDenied reports whether some known node is denied: when none is, a
+// front end can skip its per-node checks.
+func (p *Placement) AnyDenied() bool {
+	for i := range p.Nodes {
+		if p.Denied(i) {
+			return true
+		}
+	}
+	return false
 }

@@ -102,3 +102,28 @@ func (e *Engine) Stats() Stats {
 	}
 	return s
 }
+
+// Health of a template or constraint, as the constraint_templates and
+// constraints gauges label it (Gatekeeper's gatekeeper_constraint_templates
+// and gatekeeper_constraints use the same words).
+const (
+	HealthActive   = "active"   // in force, newest version
+	HealthError    = "error"    // newest version refused (an older one may be in force)
+	HealthInactive = "inactive" // not in force, no error of its own (its template is not)
+)
+
+// Health is HealthActive, HealthError or HealthInactive.
+func (t TemplateStatus) Health() string { return health(t.Error, t.Active) }
+
+// Health is HealthActive, HealthError or HealthInactive.
+func (c ConstraintStatus) Health() string { return health(c.Error, c.Active) }
+
+func health(err string, active bool) string {
+	switch {
+	case err != "":
+		return HealthError
+	case active:
+		return HealthActive
+	}
+	return HealthInactive
+}

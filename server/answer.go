@@ -89,7 +89,7 @@ func appendFailed(b []byte, nodes []failedNode) []byte {
 	return append(b, '}')
 }
 
-// appendDenyMessage writes denyMessage(p, i) as a JSON string without
+// appendDenyMessage writes p.DenyMessage(i) as a JSON string without
 // building the string first.
 func appendDenyMessage(b []byte, p *opa.Placement, i int) []byte {
 	b = append(b, '"')

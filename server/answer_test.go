@@ -118,7 +118,7 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	p := deny("m1", "m2")
 	b := appendDenyMessage(nil, p, 0)
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil || s != denyMessage(p, 0) {
-		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, denyMessage(p, 0))
+	if err := json.Unmarshal(b, &s); err != nil || s != p.DenyMessage(0) {
+		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, p.DenyMessage(0))
 	}
 }

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"strings"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -142,20 +140,4 @@ func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs) ([]opa.Candidate, *
 		}
 	}
 	return cs, nil
-}
-
-// denyMessage joins the deny violations on node i, each as
-// "[<constraint name>] <msg>", with "; ".
-func denyMessage(p *opa.Placement, i int) string {
-	var b strings.Builder
-	p.EachViolationOf(i, opa.Deny, func(x *opa.Violation) {
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteByte('[')
-		b.WriteString(x.Constraint.Name)
-		b.WriteString("] ")
-		b.WriteString(x.Message)
-	})
-	return b.String()
 }

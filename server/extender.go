@@ -111,7 +111,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			res.unresolvable = append(res.unresolvable, failedNode{name: name, placement: p, index: i})
 			denied++
 			if len(sample) < maxLoggedReasons {
-				sample = append(sample, name+": "+denyMessage(p, i))
+				sample = append(sample, name+": "+p.DenyMessage(i))
 			}
 		default:
 			passed = append(passed, i)
@@ -411,7 +411,7 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request, c *verbCall) *requ
 	if p.Denied(0) {
 		s.metrics.rejected(verbBind, 1, 0)
 		c.rejected = 1
-		return refuse("node %s is denied for pod %s by the current policy: %s", args.Node, c.pod, denyMessage(p, 0))
+		return refuse("node %s is denied for pod %s by the current policy: %s", args.Node, c.pod, p.DenyMessage(0))
 	}
 	if err := s.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node); err != nil {
 		return refuse("cannot bind pod %s to node %s: %v", c.pod, args.Node, err)

@@ -4,17 +4,17 @@ import (
 	"errors"
 	"fmt"
 
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/enginemetrics"
 )
 
 // MetricsNamespace prefixes every metric of the service.
-const MetricsNamespace = "opa_scheduler_extender"
+const MetricsNamespace = enginemetrics.Namespace
 
 // Values of the "result" label of request_duration_seconds.
 const (
@@ -123,7 +123,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 	for _, c := range []prometheus.Collector{
 		m.duration, m.decisions, m.rejectedV, m.evaluatedV, m.panics, m.evalsPer, m.bodyBytes, m.bodyRefusals, constantGauge("info", "Constant 1, labelled with the enforcement point this service answers to.",
 			prometheus.Labels{"enforcement_point": enforcementPoint}), buildInfoGauge(build),
-		newPolicyCollector(policy),
+		enginemetrics.New(policy, nil),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: registering metrics: %w", err)
@@ -222,18 +222,6 @@ func (d *decisionCount) flush() {
 	d.counts = nil
 }
 
-// policyCollector reads the engine's Stats and Status at scrape time: one
-// Stats call and one Status call per scrape, consistent values.
-type policyCollector struct {
-	policy Policy
-
-	evaluations, memoHits, memoMisses, evalErrors *prometheus.Desc
-	memoResults, memoBytes, memoRotations         *prometheus.Desc
-	compileErrors, constraintErrors               *prometheus.Desc
-	generation, lastApply, inventory              *prometheus.Desc
-	templates, constraints                        *prometheus.Desc
-}
-
 // constantGauge is a gauge set to 1 whose labels carry the information.
 func constantGauge(name, help string, labels prometheus.Labels) prometheus.Gauge {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: MetricsNamespace, Name: name, Help: help, ConstLabels: labels})
@@ -252,102 +240,4 @@ func buildInfoGauge(build BuildInfo) prometheus.Gauge {
 	}
 	return constantGauge("build_info", "Constant 1, labelled with the version, VCS revision and Go version of the binary.",
 		prometheus.Labels{"version": unknown(build.Version), "revision": unknown(build.Revision), "goversion": unknown(build.GoVersion)})
-}
-
-func newPolicyCollector(p Policy) *policyCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(MetricsNamespace, "", name), help, labels, nil)
-	}
-	return &policyCollector{
-		policy:           p,
-		evaluations:      d("evaluations_total", "Rego evaluations run by the engine."),
-		memoHits:         d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
-		memoMisses:       d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
-		memoResults:      d("memo_results", "Verdicts the engine's memo holds now (bounded by results and bytes)."),
-		memoBytes:        d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
-		memoRotations:    d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
-		evalErrors:       d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
-		compileErrors:    d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
-		constraintErrors: d("constraint_errors_total", "Constraints the engine rejected."),
-		generation:       d("policy_generation", "Generation of the policy set in force."),
-		lastApply:        d("last_policy_apply_timestamp_seconds", "Unix time of the last successful policy or inventory change (0 before the first)."),
-		inventory:        d("inventory_objects", "Objects in the engine's inventory (data.inventory), by group_version and kind.", "group_version", "kind"),
-		templates:        d("constraint_templates", "ConstraintTemplates by status: active (newest version in force), error (newest version refused), inactive.", "status"),
-		constraints:      d("constraints", "Constraints by enforcement action here (none: scoped to other enforcement points) and status: active, error (refused), inactive (no template in force).", "enforcement_action", "status"),
-	}
-}
-
-func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{
-		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
-		c.memoResults, c.memoBytes, c.memoRotations,
-		c.constraintErrors, c.generation, c.lastApply, c.inventory, c.templates, c.constraints,
-	} {
-		ch <- d
-	}
-}
-
-func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.policy.Stats()
-	counter := func(d *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
-	}
-	counter(c.evaluations, st.Evaluations)
-	counter(c.memoHits, st.MemoHits)
-	counter(c.memoMisses, st.MemoMisses)
-	counter(c.memoRotations, st.MemoRotations)
-	ch <- prometheus.MustNewConstMetric(c.memoResults, prometheus.GaugeValue, float64(st.MemoResults))
-	ch <- prometheus.MustNewConstMetric(c.memoBytes, prometheus.GaugeValue, float64(st.MemoBytes))
-	counter(c.evalErrors, st.EvalErrors)
-	counter(c.compileErrors, st.CompileErrors)
-	counter(c.constraintErrors, st.ConstraintErrors)
-	ch <- prometheus.MustNewConstMetric(c.generation, prometheus.GaugeValue, float64(st.PolicyGeneration))
-	last := 0.0
-	if !st.LastApply.IsZero() {
-		last = float64(st.LastApply.UnixNano()) / 1e9
-	}
-	ch <- prometheus.MustNewConstMetric(c.lastApply, prometheus.GaugeValue, last)
-
-	status := c.policy.Status()
-	for key, n := range status.Inventory {
-		gv, kind := splitInventoryKey(key)
-		ch <- prometheus.MustNewConstMetric(c.inventory, prometheus.GaugeValue, float64(n), gv, kind)
-	}
-	c.collectHealth(ch, status)
-}
-
-// collectHealth writes the template and constraint gauges, every series
-// always present (zero included) so that alerts on them need no absent().
-func (c *policyCollector) collectHealth(ch chan<- prometheus.Metric, status opa.Status) {
-	statuses := []string{statusActive, statusError, statusInactive}
-	templates := map[string]int{}
-	for _, t := range status.Templates {
-		templates[templateHealth(t)]++
-	}
-	for _, s := range statuses {
-		ch <- prometheus.MustNewConstMetric(c.templates, prometheus.GaugeValue, float64(templates[s]), s)
-	}
-	type key struct{ action, status string }
-	constraints := map[key]int{}
-	for _, k := range status.Constraints {
-		action := string(k.Action)
-		if action == "" {
-			action = "none"
-		}
-		constraints[key{action, constraintHealth(k)}]++
-	}
-	for _, a := range []string{string(opa.Deny), string(opa.Warn), string(opa.DryRun), "none"} {
-		for _, s := range statuses {
-			ch <- prometheus.MustNewConstMetric(c.constraints, prometheus.GaugeValue, float64(constraints[key{a, s}]), a, s)
-		}
-	}
-}
-
-// splitInventoryKey splits "groupVersion/Kind" ("v1/Node", "apps/v1/Deployment").
-func splitInventoryKey(key string) (groupVersion, kind string) {
-	i := strings.LastIndexByte(key, '/')
-	if i < 0 {
-		return "", key
-	}
-	return key[:i], key[i+1:]
 }

@@ -15,34 +15,6 @@ import (
 // no policy at all, or none, depending on ignorable). /readyz says so in
 // its warnings; the gauges below count it.
 
-// Status labels of the constraint_templates and constraints gauges, as
-// Gatekeeper's gatekeeper_constraint_templates and gatekeeper_constraints.
-const (
-	statusActive   = "active"   // in force, newest version
-	statusError    = "error"    // newest version refused (an older one may be in force)
-	statusInactive = "inactive" // not in force, no error of its own (its template is not)
-)
-
-func templateHealth(t opa.TemplateStatus) string {
-	switch {
-	case t.Error != "":
-		return statusError
-	case t.Active:
-		return statusActive
-	}
-	return statusInactive
-}
-
-func constraintHealth(c opa.ConstraintStatus) string {
-	switch {
-	case c.Error != "":
-		return statusError
-	case c.Active:
-		return statusActive
-	}
-	return statusInactive
-}
-
 // maxHealthNotes bounds how many problems /readyz lists by name.
 const maxHealthNotes = 5
 
@@ -53,22 +25,22 @@ func policyHealth(p interface{ Status() opa.Status }) func() (bool, string) {
 		st := p.Status()
 		var problems []string
 		for _, t := range st.Templates {
-			switch templateHealth(t) {
-			case statusError:
+			switch t.Health() {
+			case opa.HealthError:
 				what := "no version in force, its constraints are inactive"
 				if t.Active {
 					what = "the previous version stays in force"
 				}
 				problems = append(problems, fmt.Sprintf("template %s refused (%s): %s", t.Name, what, t.Error))
-			case statusInactive:
+			case opa.HealthInactive:
 				problems = append(problems, fmt.Sprintf("template %s not in force", t.Name))
 			}
 		}
 		for _, c := range st.Constraints {
-			switch constraintHealth(c) {
-			case statusError:
+			switch c.Health() {
+			case opa.HealthError:
 				problems = append(problems, fmt.Sprintf("constraint %s/%s refused: %s", c.Kind, c.Name, c.Error))
-			case statusInactive:
+			case opa.HealthInactive:
 				problems = append(problems, fmt.Sprintf("constraint %s/%s inactive: %s", c.Kind, c.Name, c.Inactive))
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -53,7 +54,21 @@ type ClusterOptions struct {
 	// per distinct error, and a Normal event when a refused one is
 	// accepted again.
 	Events record.EventRecorder
-	Logger *slog.Logger
+	// SharedInventory are inventory kinds whose objects come from
+	// informers the caller owns and starts (the plugin build hands in
+	// kube-scheduler's own Node and Namespace informers): the source adds
+	// its handlers to them and starts no watch of its own for those kinds,
+	// so the process watches and caches each object once.
+	SharedInventory []SharedInformer
+	Logger          *slog.Logger
+}
+
+// SharedInformer is an informer of typed objects (client-go's
+// SharedInformerFactory) whose objects feed the inventory.
+type SharedInformer struct {
+	Resource schema.GroupVersionResource
+	Kind     schema.GroupVersionKind
+	Informer cache.SharedIndexInformer
 }
 
 // Cluster keeps the engine in sync with a cluster: ConstraintTemplates,
@@ -87,9 +102,12 @@ type Cluster struct {
 }
 
 type watched struct {
-	gvr     schema.GroupVersionResource
-	role    string // "templates", "constraints", "inventory", "config"
-	kind    string // template kind, for constraints
+	gvr  schema.GroupVersionResource
+	role string // "templates", "constraints", "inventory", "config"
+	kind string // template kind, for constraints
+	// typed is the kind of a shared informer's typed objects (zero for
+	// the source's own, unstructured informers).
+	typed   schema.GroupVersionKind
 	inf     cache.SharedIndexInformer
 	cancel  context.CancelFunc
 	started time.Time
@@ -136,6 +154,9 @@ func (c *Cluster) Run(ctx context.Context) {
 	c.ctx = ctx
 	c.mu.Unlock()
 	c.watch(templateGVR, "templates", "")
+	for _, si := range c.opts.SharedInventory {
+		c.share(si)
+	}
 	c.watch(nodeGVR, "inventory", "")
 	c.watch(nsGVR, "inventory", "")
 	for _, gvk := range c.opts.ExtraKinds {
@@ -212,6 +233,23 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, role, kind string) {
 	c.log.Info("watching", "resource", gvr.String(), "role", role)
 }
 
+// share feeds the inventory from an informer the caller runs.
+func (c *Cluster) share(si SharedInformer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.informers[si.Resource]; ok {
+		return
+	}
+	w := &watched{gvr: si.Resource, role: "inventory", typed: si.Kind, inf: si.Informer, cancel: func() {}, started: time.Now()}
+	_, _ = si.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onUpsert(w, obj) },
+		UpdateFunc: func(_, obj any) { c.onUpsert(w, obj) },
+		DeleteFunc: func(obj any) { c.onDelete(w, obj) },
+	})
+	c.informers[si.Resource] = w
+	c.log.Info("sharing the caller's informer", "resource", si.Resource.String(), "role", "inventory")
+}
+
 // unwatch stops an informer and removes what it had put in the engine.
 func (c *Cluster) unwatch(gvr schema.GroupVersionResource) {
 	c.mu.Lock()
@@ -232,6 +270,9 @@ func (c *Cluster) unwatch(gvr schema.GroupVersionResource) {
 
 func (c *Cluster) onUpsert(w *watched, obj any) {
 	u, ok := objectOf(obj)
+	if !ok && !w.typed.Empty() {
+		u, ok = typedObject(obj, w.typed)
+	}
 	if !ok {
 		return
 	}
@@ -259,6 +300,12 @@ func (c *Cluster) onDelete(w *watched, obj any) {
 		return
 	}
 	u, ok := obj.(*unstructured.Unstructured)
+	if !ok && !w.typed.Empty() {
+		if m, err := meta.Accessor(obj); err == nil {
+			c.enqueue(opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: w.typed, Namespace: m.GetNamespace(), Name: m.GetName()}})
+		}
+		return
+	}
 	if !ok {
 		return
 	}

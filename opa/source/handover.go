@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
@@ -141,4 +142,22 @@ func objectOf(obj any) (*unstructured.Unstructured, bool) {
 		return u, u != nil
 	}
 	return nil, false
+}
+
+// typedObject converts a typed object of a shared informer (a *v1.Node)
+// into the unstructured form the engine takes, with its kind set (typed
+// informers drop apiVersion and kind).
+func typedObject(obj any, gvk schema.GroupVersionKind) (*unstructured.Unstructured, bool) {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, false
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ro)
+	if err != nil {
+		return nil, false
+	}
+	u := &unstructured.Unstructured{Object: content}
+	u.SetGroupVersionKind(gvk)
+	u.SetManagedFields(nil) // as handOver: the engine never keeps them
+	return u, true
 }

@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
@@ -224,4 +227,51 @@ func TestRefusalEvents(t *testing.T) {
 	if e := next(); e != "" {
 		t.Errorf("unexpected event %q (inventory objects make none)", e)
 	}
+}
+
+// TestSharedInventory feeds Nodes from a typed informer the caller owns
+// (as kube-scheduler's factory): the engine gets them as unstructured
+// objects with their kind, updates and deletions included, and the source
+// starts no watch of its own for them.
+func TestSharedInventory(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := kubefake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "a"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes := factory.Core().V1().Nodes().Informer()
+	rec := &latest{objects: map[string]*unstructured.Unstructured{}}
+	c := &Cluster{opts: ClusterOptions{BatchWindow: time.Millisecond, SharedInventory: []SharedInformer{
+		{Resource: nodeGVR, Kind: schema.GroupVersionKind{Version: "v1", Kind: "Node"}, Informer: nodes}}},
+		applier: rec, log: slog.New(slog.DiscardHandler),
+		informers: map[schema.GroupVersionResource]*watched{}, pending: map[string]opa.Change{}, wake: make(chan struct{}, 1), ctx: ctx}
+	go c.applyLoop(ctx)
+	for _, si := range c.opts.SharedInventory {
+		c.share(si)
+	}
+	c.watch(nodeGVR, "inventory", "") // what Run does next: must not replace the shared one
+	if c.informers[nodeGVR].inf != nodes {
+		t.Fatal("the source started its own Node watch beside the shared informer")
+	}
+	factory.Start(ctx.Done())
+	waitFor(t, "the shared informer's Nodes", func() bool { return rec.len() == 2 })
+	n1 := rec.get("n1")
+	if n1.GetKind() != "Node" || n1.GetAPIVersion() != "v1" || n1.GetLabels()["pool"] != "a" || n1.GetManagedFields() != nil {
+		t.Errorf("n1 reached the engine as %v, want kind v1/Node, its labels, no managedFields", n1.Object)
+	}
+	if ok, msg := c.Ready(); !ok {
+		t.Errorf("not ready with the shared informer synced: %s", msg)
+	}
+	upd := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "b"}}}
+	if _, err := client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Nodes().Delete(ctx, "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the update and the deletion", func() bool {
+		return rec.get("n1").GetLabels()["pool"] == "b" && rec.get("n2") == nil
+	})
 }
