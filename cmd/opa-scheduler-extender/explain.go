@@ -150,9 +150,9 @@ func explain(ctx context.Context, f explainFlags, namespace, name string, stdout
 // syncedEngine is an engine kept in sync with the cluster, once the first
 // sync is applied.
 func syncedEngine(ctx context.Context, cfg *rest.Config, f explainFlags) (*opa.Engine, error) {
-	extra, err := parseKinds(f.syncKinds)
+	extra, err := source.ParseKinds(f.syncKinds)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--sync-kind: %w", err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	e, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: quiet})

@@ -7,12 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -196,22 +194,6 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-func parseKinds(kinds []string) ([]schema.GroupVersionKind, error) {
-	var out []schema.GroupVersionKind
-	for _, k := range kinds {
-		parts := strings.Split(k, "/")
-		switch len(parts) {
-		case 2:
-			out = append(out, schema.GroupVersionKind{Version: parts[0], Kind: parts[1]})
-		case 3:
-			out = append(out, schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]})
-		default:
-			return nil, fmt.Errorf("--sync-kind %q: want group/version/Kind or v1/Kind", k)
-		}
-	}
-	return out, nil
-}
-
 func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	cfg, err := clusterConfig(f)
 	if err != nil {
@@ -220,9 +202,9 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if cfg == nil && f.policyDir == "" {
 		return errors.New("nothing to enforce: give --policy-dir, --kubeconfig, or run in a cluster")
 	}
-	extra, err := parseKinds(f.syncKinds)
+	extra, err := source.ParseKinds(f.syncKinds)
 	if err != nil {
-		return err
+		return fmt.Errorf("--sync-kind: %w", err)
 	}
 	decisions, err := server.ParseDecisionLevel(f.logDecisions)
 	if err != nil {

@@ -60,7 +60,28 @@ type ClusterOptions struct {
 	// its handlers to them and starts no watch of its own for those kinds,
 	// so the process watches and caches each object once.
 	SharedInventory []SharedInformer
-	Logger          *slog.Logger
+	// InventoryOnly syncs the inventory only, no ConstraintTemplates or
+	// Constraints: the policies come from elsewhere (a folder).
+	InventoryOnly bool
+	Logger        *slog.Logger
+}
+
+// ParseKinds parses inventory kinds written group/version/Kind, or
+// v1/Kind for the core group.
+func ParseKinds(kinds []string) ([]schema.GroupVersionKind, error) {
+	var out []schema.GroupVersionKind
+	for _, k := range kinds {
+		parts := strings.Split(k, "/")
+		switch len(parts) {
+		case 2:
+			out = append(out, schema.GroupVersionKind{Version: parts[0], Kind: parts[1]})
+		case 3:
+			out = append(out, schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]})
+		default:
+			return nil, fmt.Errorf("kind %q: want group/version/Kind or v1/Kind", k)
+		}
+	}
+	return out, nil
 }
 
 // SharedInformer is an informer of typed objects (client-go's
@@ -153,7 +174,9 @@ func (c *Cluster) Run(ctx context.Context) {
 	c.mu.Lock()
 	c.ctx = ctx
 	c.mu.Unlock()
-	c.watch(templateGVR, "templates", "")
+	if !c.opts.InventoryOnly {
+		c.watch(templateGVR, "templates", "")
+	}
 	for _, si := range c.opts.SharedInventory {
 		c.share(si)
 	}

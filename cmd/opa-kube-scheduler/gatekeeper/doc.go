@@ -1,0 +1,42 @@
+// Package gatekeeper is the OPAGatekeeper Scheduling Framework plugin: the
+// project's policy engine (package opa) inside kube-scheduler, judging the
+// same Gatekeeper ConstraintTemplates and Constraints as the extender
+// without an HTTP hop.
+//
+// # What it owns
+//
+//   - The extension points. PreFilter evaluates the pod once per
+//     scheduling cycle on every node of the snapshot (the engine memoises
+//     on what decides each verdict, so this costs one Rego evaluation per
+//     (pod class, node class), not per node): a deny that cannot see the
+//     node ends the cycle as UnschedulableAndUnresolvable with the
+//     constraint's message; when no node is denied the plugin's Filter is
+//     skipped. Filter answers per node from that verdict (deny:
+//     UnschedulableAndUnresolvable, so preemption never picks a node the
+//     policy forbids). PreScore skips Score when no warn constraint
+//     matches; Score is the extender's prioritize score (10 * (W - V) / W)
+//     scaled to 0..100. The cycle state carries the verdict between them.
+//     Messages, enforcement actions, the action annotation, scoped actions
+//     and dry runs are the engine's, so they are exactly the extender's
+//     (server/testdata/enforcement.yaml is the shared table).
+//   - Where its engine's objects come from: Nodes and Namespaces from the
+//     scheduler's own SharedInformerFactory (no second watch), templates,
+//     constraints and --sync-kind style extra kinds through the extender's
+//     cluster source (package opa/source), or a policy folder (Args).
+//   - Requeueing: EventsToRegister (Node added or changed) and, for what
+//     the scheduler cannot see, Handle.Activate of the pods it rejected when
+//     the policy set changes, when the engine first becomes ready, and when
+//     the Namespace of a rejected pod changes (requeue.go).
+//   - Its metrics on kube-scheduler's /metrics (metrics.go).
+//
+// # What it does not own
+//
+// Rego, Gatekeeper semantics, memoisation, the inventory (package opa);
+// informers for Gatekeeper's objects (package opa/source); scheduling
+// itself. It never copies the engine's logic: every verdict, message and
+// score comes from opa.Placement.
+//
+// One engine per profile: each profile's pluginConfig may name its own
+// policy folder or enforcement point (a tenant's own policy scope), and
+// each engine keeps its own compact copy of the inventory.
+package gatekeeper
