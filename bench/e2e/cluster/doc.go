@@ -86,6 +86,9 @@
 // the test binary dies, stopped through its own PID. BuildExtender always
 // builds (E2E_SKIP_BUILD only concerns the control plane).
 //
+//	func BuildPluginScheduler(t testing.TB, dir string) (string, error) // go build -o dir/opa-kube-scheduler . in cmd/opa-kube-scheduler (its own module), once per process
+//	SchedulerOptions{Binary: bin, ...}                                   // run that binary instead of the stock kube-scheduler
+//
 // # Gatekeeper CRDs
 //
 // Gatekeeper does not run; the harness installs what it would.

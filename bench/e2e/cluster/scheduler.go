@@ -53,6 +53,9 @@ type SchedulerOptions struct {
 	// NoWait returns as soon as the process started instead of waiting for
 	// its /readyz (informers synced).
 	NoWait bool
+	// Binary is the scheduler to run instead of the stock kube-scheduler
+	// (BuildPluginScheduler's plugin build); it takes the same flags.
+	Binary string
 }
 
 // Scheduler is one kube-scheduler process.
@@ -168,7 +171,11 @@ func (c *Cluster) startScheduler(t testing.TB, opts SchedulerOptions) (*Schedule
 	}
 	args = append(args, opts.Args...)
 	start := time.Now()
-	s.p, err = startProcess(fmt.Sprintf("kube-scheduler-%d", seq), filepath.Join(c.BinDir, "kube-scheduler"), args, s.LogPath)
+	bin := filepath.Join(c.BinDir, "kube-scheduler")
+	if opts.Binary != "" {
+		bin = opts.Binary
+	}
+	s.p, err = startProcess(fmt.Sprintf("kube-scheduler-%d", seq), bin, args, s.LogPath)
 	if err != nil {
 		return nil, err
 	}

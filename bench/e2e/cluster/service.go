@@ -50,6 +50,52 @@ func BuildExtender(t testing.TB, dir string) (string, error) {
 	return bin, nil
 }
 
+// PluginSchedulerModule is the folder, under the main module, of the
+// plugin build (kube-scheduler with the OPAGatekeeper plugin), a Go module
+// of its own.
+const PluginSchedulerModule = "cmd/opa-kube-scheduler"
+
+// BuildPluginScheduler builds the plugin build as its README says, `go
+// build -o dir/opa-kube-scheduler .` in cmd/opa-kube-scheduler, once per
+// test process and directory, and returns the binary's path. Like
+// BuildExtender it ignores E2E_SKIP_BUILD: it is what is under test.
+func BuildPluginScheduler(t testing.TB, dir string) (string, error) {
+	t.Helper()
+	pluginBuildMu.Lock()
+	defer pluginBuildMu.Unlock()
+	bin := filepath.Join(dir, "opa-kube-scheduler")
+	if err, ok := pluginBuilt[bin]; ok {
+		return bin, err
+	}
+	goBin, err := findGo()
+	if err != nil {
+		return "", err
+	}
+	e2e, err := moduleRoot(goBin)
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Clean(filepath.Join(e2e, "..", "..", PluginSchedulerModule))
+	start := time.Now()
+	cmd := exec.Command(goBin, "build", "-o", bin, ".")
+	cmd.Dir = src
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		err = fmt.Errorf("cluster: %s build -o %s . (in %s) failed: %v\n%s", goBin, bin, src, err, out.String())
+		pluginBuilt[bin] = err
+		return "", err
+	}
+	pluginBuilt[bin] = nil
+	t.Logf("cluster: built %s in %s", bin, time.Since(start).Round(time.Millisecond))
+	return bin, nil
+}
+
+var (
+	pluginBuildMu sync.Mutex
+	pluginBuilt   = map[string]error{}
+)
+
 // Process is a subprocess started by StartProcess: like the control
 // plane's processes it logs to Cluster.LogDir, gets SIGKILL if the test
 // binary dies, and is stopped through its own PID.
