@@ -94,26 +94,51 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if err != nil {
 		return nil, err
 	}
-	name, namespace, labels, nsInfo := in.name, in.namespace, in.labels, in.ns
-
-	r := &request{
-		e: e, ctx: ctx, txn: txn, snap: snap,
-		invGen:  ast.NewTerm(e.readValue(ctx, txn, generationPath)),
-		explain: req.Explain,
-	}
+	r := e.newRequest(ctx, txn, snap, in, req.Explain)
 	defer r.addStats()
-	r.podReview = ast.NewTerm(in.review)
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
 	}
+	p := r.placement()
+	nodeReading, err := r.judgePod(p, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.judgeNodes(p, nodeReading); err != nil {
+		return nil, err
+	}
+	p.Evaluations = int(r.evals)
+	p.settle()
+	return p, nil
+}
 
-	p := &Placement{Nodes: make([]NodeVerdict, len(r.slots)), Generation: snap.generation}
+func (e *Engine) newRequest(ctx context.Context, txn storage.Transaction, snap *snapshot, in podInput, explain bool) *request {
+	return &request{
+		e: e, ctx: ctx, txn: txn, snap: snap,
+		invGen:    ast.NewTerm(e.readValue(ctx, txn, generationPath)),
+		explain:   explain,
+		podReview: ast.NewTerm(in.review),
+	}
+}
+
+// placement is an empty answer for the request's candidates.
+func (r *request) placement() *Placement {
+	p := &Placement{Nodes: make([]NodeVerdict, len(r.slots)), Generation: r.snap.generation}
 	for i, s := range r.slots {
 		p.Nodes[i].Name = s.name
 		p.Nodes[i].Unknown = s.value == nil
 	}
-	m := &matchable{gvk: podGVK, name: name, namespace: namespace, labels: labels, ns: nsInfo, source: "Original"}
-	for order, bc := range snap.constraints {
+	return p
+}
+
+// judgePod matches every constraint against the pod, records the verdicts
+// of those that cannot see the node (p.Common) and the warn count, and
+// returns the places in the policy set of the matched constraints that
+// can see the node, for judgeNodes.
+func (r *request) judgePod(p *Placement, in podInput) ([]int, error) {
+	m := &matchable{gvk: podGVK, name: in.name, namespace: in.namespace, labels: in.labels, ns: in.ns, source: "Original"}
+	var nodeReading []int
+	for order, bc := range r.snap.constraints {
 		if bc.c.action == "" {
 			continue // scoped to other enforcement points
 		}
@@ -131,13 +156,26 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 		if bc.c.action == Warn {
 			p.MatchedWarnConstraints++
 		}
-		if err := r.evalConstraint(bc, order, p); err != nil {
-			return nil, err
+		if bc.analysis.PerPod() {
+			if err := r.evalConstraint(bc, order, p); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		nodeReading = append(nodeReading, order)
+	}
+	return nodeReading, nil
+}
+
+// judgeNodes evaluates the matched node-reading constraints on the
+// request's candidates.
+func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
+	for _, order := range nodeReading {
+		if err := r.evalConstraint(r.snap.constraints[order], order, p); err != nil {
+			return err
 		}
 	}
-	p.Evaluations = int(r.evals)
-	p.settle()
-	return p, nil
+	return nil
 }
 
 // candidates fills the request's node slots: request nodes converted, the

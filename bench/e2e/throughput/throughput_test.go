@@ -1,7 +1,9 @@
 // Package throughput measures pods bound per second by the stock
 // kube-scheduler with no extender, with a no-op extender, and with
 // opa-scheduler-extender (names-only and full node lists), at the
-// scheduler's default client QPS and at 5000, in one run on one cluster.
+// scheduler's default client QPS and at 5000, and the plugin build
+// (cmd/opa-kube-scheduler: the same engine as a Scheduling Framework plugin,
+// no HTTP hop), in one run on one cluster.
 //
 // -policy-set picks what the service enforces and what the cluster looks
 // like: "examples" (the default) is the four placement policies of
@@ -138,19 +140,28 @@ func TestSchedulerThroughput(t *testing.T) {
 	t.Logf("service ready in %v", time.Since(start).Round(time.Millisecond))
 	noopURL := startNoop(t)
 
+	pluginBin, err := cluster.BuildPluginScheduler(t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	type setup struct {
 		name      string
 		extenders []configv1.Extender
 		pods      int
+		// plugin runs the plugin build with the OPAGatekeeper plugin
+		// enabled in the default profile, no extender.
+		plugin bool
 	}
 	ext := func(url string, nodeCache bool) []configv1.Extender {
 		return []configv1.Extender{{URLPrefix: url, FilterVerb: "filter", PrioritizeVerb: "prioritize", Weight: 1, NodeCacheCapable: nodeCache, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}}}
 	}
 	setups := []setup{
-		{"no extender", nil, *numPods},
-		{"no-op extender (names)", ext(noopURL, true), *numPods},
-		{"opa-scheduler-extender (names)", ext(svcURL, true), *numPods},
-		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods},
+		{"no extender", nil, *numPods, false},
+		{"no-op extender (names)", ext(noopURL, true), *numPods, false},
+		{"opa-scheduler-extender (names)", ext(svcURL, true), *numPods, false},
+		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods, false},
+		{"plugin build (OPAGatekeeper)", nil, *numPods, true},
 	}
 	var results []result
 	run := 0
@@ -178,6 +189,11 @@ func TestSchedulerThroughput(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := cluster.SchedulerOptions{Extenders: s.extenders}
+			if s.plugin {
+				// The admin identity reads Gatekeeper's objects, as
+				// deploy/plugin's ClusterRole lets the scheduler do.
+				opts.Binary, opts.ProfilesYAML, opts.AsAdmin = pluginBin, pluginProfile, true
+			}
 			if qps.qps > 0 {
 				opts.QPS, opts.Burst = float32(qps.qps), int32(qps.burst)
 			}
@@ -185,6 +201,10 @@ func TestSchedulerThroughput(t *testing.T) {
 			runStart := time.Now()
 			sched := c.StartScheduler(t, opts)
 			first, last, bound := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
+			var pluginEvals float64
+			if s.plugin {
+				pluginEvals = scrapeEvaluations(t, sched)
+			}
 			sched.Stop()
 			n := len(bound)
 			after := engine.Stats()
@@ -197,12 +217,17 @@ func TestSchedulerThroughput(t *testing.T) {
 				r.Engine = delta(before, after)
 				evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
 			}
+			if s.plugin {
+				r.Engine = &engineDelta{Evaluations: uint64(pluginEvals)}
+				evals = fmt.Sprintf("; the plugin's engine: %d evaluations (its whole life: sync and this run)", r.Engine.Evaluations)
+			}
+			enforces := s.plugin || (len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL)
 			if set == policyset.Realistic {
 				// Where the pods went: with the service, none may be where
 				// a deny placement constraint forbids it.
 				pl, off := placementSummary(bound)
 				t.Logf("[%s] %s, qps %s: pods per pool %v; %d pods where a deny placement constraint forbids them", set, s.name, qps.name, pl, off)
-				if len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL && off > 0 {
+				if enforces && off > 0 {
 					t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qps.name, off)
 				}
 			}
@@ -222,8 +247,9 @@ func TestSchedulerThroughput(t *testing.T) {
 	}
 	for _, q := range []string{"5000/5000", "default 50/100"} {
 		none, noop, svc := byKey["no extender|"+q], byKey["no-op extender (names)|"+q], byKey["opa-scheduler-extender (names)|"+q]
+		plugin := byKey["plugin build (OPAGatekeeper)|"+q]
 		if noop > 0 && none > 0 {
-			t.Logf("[%s] qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f", set, q, svc/noop, svc/none, noop/none)
+			t.Logf("[%s] qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f, plugin/none = %.2f", set, q, svc/noop, svc/none, noop/none, plugin/none)
 		}
 	}
 	st := engine.Stats()
@@ -242,6 +268,38 @@ func TestSchedulerThroughput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// pluginProfile enables the OPAGatekeeper plugin at every extension point
+// of the default profile, policies from the cluster.
+const pluginProfile = `
+- schedulerName: default-scheduler
+  plugins:
+    preFilter: {enabled: [{name: OPAGatekeeper}]}
+    filter: {enabled: [{name: OPAGatekeeper}]}
+    preScore: {enabled: [{name: OPAGatekeeper}]}
+    score: {enabled: [{name: OPAGatekeeper, weight: 1}]}
+`
+
+// scrapeEvaluations reads opa_scheduler_extender_evaluations_total from
+// the plugin build's /metrics.
+func scrapeEvaluations(t *testing.T, s *cluster.Scheduler) float64 {
+	t.Helper()
+	b, err := s.Metrics(context.Background())
+	if err != nil {
+		t.Errorf("plugin build metrics: %v", err)
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "opa_scheduler_extender_evaluations_total{") {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Errorf("plugin build metrics carry no opa_scheduler_extender_evaluations_total")
+	return 0
 }
 
 // waitBound follows the pods' watch (re-opened from the last resource

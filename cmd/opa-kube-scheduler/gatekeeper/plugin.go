@@ -3,9 +3,11 @@ package gatekeeper
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -28,11 +30,12 @@ type Plugin struct {
 	index   indexCache
 	requeue *requeuer
 	metrics *profileMetrics
+	signed  atomic.Pointer[signedPod]
 }
 
 // policy is the part of the engine the extension points use.
 type policy interface {
-	Evaluate(ctx context.Context, req opa.PlacementRequest) (*opa.Placement, error)
+	Prepare(ctx context.Context, pod map[string]any) (*opa.PodQuery, error)
 	Stats() opa.Stats
 }
 
@@ -43,81 +46,103 @@ var (
 	_ fwk.PreScorePlugin    = (*Plugin)(nil)
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+	_ fwk.SignPlugin        = (*Plugin)(nil)
 )
 
 // Name implements fwk.Plugin.
 func (pl *Plugin) Name() string { return Name }
 
-// PreFilter judges the pod on every node of the snapshot, once per cycle.
+// PreFilter prepares the pod: it is matched against every constraint and
+// judged on those that cannot see the node, once per cycle. Nodes are
+// judged when Filter or Score first asks about them, a block at a time.
 func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if ok, why := pl.ready(); !ok {
 		pl.requeue.rejected(pod)
 		pl.metrics.rejectedPod(reasonNotReady)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "policies not synced yet: "+why)
 	}
-	content, err := podContent(pod)
+	q, content, err := pl.prepare(ctx, pod)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
 	index := pl.index.of(nodes)
-	p, err := pl.engine.Evaluate(ctx, opa.PlacementRequest{Pod: content, Candidates: index.candidates})
-	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("evaluate policies: %w", err))
-	}
-	if p, err = pl.judgeUnknown(ctx, content, nodes, p); err != nil {
-		return nil, fwk.AsStatus(err)
-	}
-	state.Write(stateKey, &cycleState{placement: p, nodes: index, pod: content})
-	pl.metrics.decisions(p)
-	if denied, msg := p.PodDenied(); denied {
+	state.Write(stateKey, &cycleState{query: q, nodes: index, blocks: make([]block, (len(index.names)+blockSize-1)/blockSize), pod: content, infos: nodes})
+	if denied, msg := q.PodDenied(); denied {
 		pl.requeue.rejected(pod)
 		pl.metrics.rejectedPod(reasonDenied)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
-	if !p.AnyDenied() {
-		// Nothing to filter out: the framework skips this plugin's Filter.
+	if !q.MayDenyNodes() {
+		// No matched deny constraint sees the node: the framework skips
+		// this plugin's Filter.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	pl.requeue.rejected(pod)
 	return nil, nil
 }
 
-// judgeUnknown re-judges, with the scheduler's own Node objects, the nodes
-// the engine's inventory has not received yet (a node just added): the
-// verdict is then the same as once the inventory has it.
-func (pl *Plugin) judgeUnknown(ctx context.Context, pod map[string]any, nodes []fwk.NodeInfo, p *opa.Placement) (*opa.Placement, error) {
-	var cands []opa.Candidate
-	for i := range p.Nodes {
-		if !p.Nodes[i].Unknown {
-			continue
-		}
-		if cands == nil {
-			cands = make([]opa.Candidate, len(nodes))
-			for j, n := range nodes {
-				cands[j].Name = n.Node().Name
-			}
-		}
-		obj, err := nodeContent(nodes[i].Node())
-		if err != nil {
-			return nil, err
-		}
-		cands[i].Object = obj
+// prepare is the engine's PodQuery for the pod: the one SignPod made for
+// this very pod version under the same policy generation, or a new one.
+func (pl *Plugin) prepare(ctx context.Context, pod *v1.Pod) (*opa.PodQuery, map[string]any, error) {
+	if s := pl.signed.Load(); s != nil && s.uid == pod.UID && s.resourceVersion == pod.ResourceVersion && s.generation == pl.engine.Stats().PolicyGeneration {
+		return s.query, s.content, nil
 	}
-	if cands == nil {
-		return p, nil
-	}
-	p, err := pl.engine.Evaluate(ctx, opa.PlacementRequest{Pod: pod, Candidates: cands})
+	content, err := podContent(pod)
 	if err != nil {
-		return nil, fmt.Errorf("evaluate policies: %w", err)
+		return nil, nil, err
 	}
-	return p, nil
+	q, err := pl.engine.Prepare(ctx, content)
+	if err != nil {
+		return nil, nil, fmt.Errorf("evaluate policies: %w", err)
+	}
+	return q, content, nil
+}
+
+// signedPod is the PodQuery SignPod made, for PreFilter of the same cycle.
+type signedPod struct {
+	uid             types.UID
+	resourceVersion string
+	generation      uint64
+	query           *opa.PodQuery
+	content         map[string]any
+}
+
+// signatureKey is this plugin's fragment of a pod's signature.
+const signatureKey = "opa-scheduler-extender.OPAGatekeeper.PolicyClass()"
+
+// SignPod implements fwk.SignPlugin, so that kube-scheduler's
+// opportunistic batching stays on with this plugin enabled: pods whose
+// verdicts are decided by the same values (the engine's memo keys, printed
+// names left out) get the same fragment, and are denied on the same nodes
+// and score the same. Pods whose verdicts the engine cannot key (a
+// template with nondeterministic builtins, or one that keys on the node's
+// name together with the pod) are not signed.
+func (pl *Plugin) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if ok, _ := pl.ready(); !ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "policies not synced yet")
+	}
+	gen := pl.engine.Stats().PolicyGeneration
+	content, err := podContent(pod)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	q, err := pl.engine.Prepare(ctx, content)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("evaluate policies: %w", err))
+	}
+	pl.signed.Store(&signedPod{uid: pod.UID, resourceVersion: pod.ResourceVersion, generation: gen, query: q, content: content})
+	sig, ok := q.Signature()
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the policies' verdicts depend on this pod itself")
+	}
+	return []fwk.SignFragment{{Key: signatureKey, Value: sig}}, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin: the verdict does not
 // depend on the pods on a node, so there is nothing to update.
 func (pl *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// Filter answers for one node from PreFilter's verdict.
+// Filter answers for one node.
 func (pl *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(state)
 	if err != nil {
@@ -133,26 +158,70 @@ func (pl *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	return nil
 }
 
-// verdict is the placement and position of a node: PreFilter's, or, for a
-// node its list did not hold (the nominated node of a pod, a node added
-// since), the node judged alone with the scheduler's object.
+// verdict is the placement and position of a node: its block's, judged
+// on first need, or, for a node PreFilter's list did not hold (the
+// nominated node of a pod, a node added since), the node judged alone
+// with the scheduler's object.
 func (pl *Plugin) verdict(ctx context.Context, s *cycleState, nodeInfo fwk.NodeInfo) (*opa.Placement, int, error) {
 	node := nodeInfo.Node()
 	if node == nil {
 		return nil, 0, fmt.Errorf("node info without a node")
 	}
-	if i, ok := s.nodes.lookup(node.Name); ok {
-		return s.placement, i, nil
+	i, ok := s.nodes.lookup(node.Name)
+	if !ok {
+		obj, err := nodeContent(node)
+		if err != nil {
+			return nil, 0, err
+		}
+		p, err := s.query.Evaluate(ctx, []opa.Candidate{{Name: node.Name, Object: obj}})
+		if err != nil {
+			return nil, 0, fmt.Errorf("evaluate policies on node %s: %w", node.Name, err)
+		}
+		return p, 0, nil
 	}
-	obj, err := nodeContent(node)
+	k := i / blockSize
+	b := &s.blocks[k]
+	b.once.Do(func() {
+		start, end := k*blockSize, min((k+1)*blockSize, len(s.nodes.names))
+		b.placement, b.err = pl.judgeBlock(ctx, s, start, end)
+	})
+	if b.err != nil {
+		return nil, 0, b.err
+	}
+	return b.placement, i - k*blockSize, nil
+}
+
+// judgeBlock judges nodes [start, end) of PreFilter's list. Nodes the
+// engine's inventory has not received yet (a node just added) are judged
+// with the scheduler's own Node objects: the verdict is then the same as
+// once the inventory has them.
+func (pl *Plugin) judgeBlock(ctx context.Context, s *cycleState, start, end int) (*opa.Placement, error) {
+	cands := s.nodes.candidates[start:end]
+	p, err := s.query.Evaluate(ctx, cands)
 	if err != nil {
-		return nil, 0, err
+		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}
-	p, err := pl.engine.Evaluate(ctx, opa.PlacementRequest{Pod: s.pod, Candidates: []opa.Candidate{{Name: node.Name, Object: obj}}})
-	if err != nil {
-		return nil, 0, fmt.Errorf("evaluate policies on node %s: %w", node.Name, err)
+	var fixed []opa.Candidate
+	for j := range p.Nodes {
+		if !p.Nodes[j].Unknown {
+			continue
+		}
+		if fixed == nil {
+			fixed = append([]opa.Candidate(nil), cands...)
+		}
+		obj, err := nodeContent(s.infos[start+j].Node())
+		if err != nil {
+			return nil, err
+		}
+		fixed[j].Object = obj
 	}
-	return p, 0, nil
+	if fixed == nil {
+		return p, nil
+	}
+	if p, err = s.query.Evaluate(ctx, fixed); err != nil {
+		return nil, fmt.Errorf("evaluate policies: %w", err)
+	}
+	return p, nil
 }
 
 // PreScore skips Score when no warn constraint matches the pod: every node
@@ -162,7 +231,7 @@ func (pl *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.placement.MatchedWarnConstraints == 0 {
+	if s.query.MatchedWarnConstraints() == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil

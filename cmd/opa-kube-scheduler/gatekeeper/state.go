@@ -2,6 +2,7 @@ package gatekeeper
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	fwk "k8s.io/kube-scheduler/framework"
@@ -11,16 +12,32 @@ import (
 
 const stateKey fwk.StateKey = Name
 
-// cycleState is the pod's verdict from PreFilter, read by Filter, PreScore
-// and Score. It is never changed after PreFilter, so Clone (preemption,
-// nominated pods) shares it, and Filter and Score, run in parallel by the
-// framework, read it without locks.
+// blockSize is how many nodes of PreFilter's list are judged together the
+// first time Filter or Score asks about one of them. With opportunistic
+// batching the scheduler often filters a single hinted node: that costs
+// one block, not the whole list; without it, blocks add up to the list.
+const blockSize = 32
+
+// cycleState is the pod prepared at PreFilter, and the verdicts of the
+// node blocks judged so far, read by Filter, PreScore and Score. Blocks
+// are judged once (sync.Once) and never changed, so Clone (preemption,
+// nominated pods) shares the state, and Filter and Score, run in parallel
+// by the framework, read it without other locks.
 type cycleState struct {
-	placement *opa.Placement
-	nodes     *nodeIndex
-	// pod is the pod's content as the engine takes it, for nodes the
-	// verdict does not cover (judged one at a time).
+	query  *opa.PodQuery
+	nodes  *nodeIndex
+	blocks []block
+	// pod is the pod's content as the engine takes it.
 	pod map[string]any
+	// infos is PreFilter's node list (in the index's order), for nodes
+	// the engine has not received yet.
+	infos []fwk.NodeInfo
+}
+
+type block struct {
+	once      sync.Once
+	placement *opa.Placement
+	err       error
 }
 
 // Clone implements fwk.StateData.

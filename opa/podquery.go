@@ -1,0 +1,141 @@
+package opa
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// PodQuery is a pod judged once for what does not depend on the node, to
+// be judged on nodes a few at a time afterwards: the plugin build's Filter
+// asks about one node, or the block of nodes around it, where the
+// extender's filter asks about all candidates at once. Its results are
+// the same as Evaluate's for the same pod and nodes.
+//
+// A PodQuery is immutable and safe for concurrent use. It is bound to the
+// policy set in force when it was prepared; Evaluate falls back to a full
+// evaluation when the policy set has changed since.
+type PodQuery struct {
+	e      *Engine
+	pod    map[string]any
+	snap   *snapshot
+	in     podInput
+	common *Placement // Common and MatchedWarnConstraints; no nodes
+	// nodeReading are the places in the policy set of the matched
+	// constraints that can see the node.
+	nodeReading []int
+	mayDeny     bool
+	signature   string
+	signable    bool
+}
+
+// Prepare matches the pod against every constraint and judges it on the
+// constraints that cannot see the node.
+func (e *Engine) Prepare(ctx context.Context, pod map[string]any) (*PodQuery, error) {
+	if pod == nil {
+		return nil, errors.New("pod is required")
+	}
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open store transaction: %w", err)
+	}
+	defer e.store.Abort(ctx, txn)
+	snap := e.snap.Load()
+	in, err := e.podInput(ctx, txn, pod)
+	if err != nil {
+		return nil, err
+	}
+	r := e.newRequest(ctx, txn, snap, in, false)
+	defer r.addStats()
+	p := r.placement()
+	nodeReading, err := r.judgePod(p, in)
+	if err != nil {
+		return nil, err
+	}
+	p.settle()
+	q := &PodQuery{e: e, pod: pod, snap: snap, in: in, common: p, nodeReading: nodeReading}
+	for _, order := range nodeReading {
+		if snap.constraints[order].c.action == Deny {
+			q.mayDeny = true
+		}
+	}
+	q.signature, q.signable = r.signature(nodeReading, p)
+	return q, nil
+}
+
+// signature names what decides the pod's verdicts on every node: the
+// policy generation, the matched constraints and, for each, the pod's part
+// of its memo key (printed values left out), and the pod-only verdicts.
+// Pods with equal signatures are denied on the same nodes and score the
+// same everywhere. It is not signable when a matched constraint is not
+// memoised or keys on the node's name together with the pod.
+func (r *request) signature(nodeReading []int, p *Placement) (string, bool) {
+	var b strings.Builder
+	b.WriteString(strconv.FormatUint(r.snap.generation, 10))
+	for _, order := range nodeReading {
+		bc := r.snap.constraints[order]
+		if !r.memoOK(bc) || bc.analysis.NodeNameObserved {
+			return "", false
+		}
+		key := r.podKey(bc, r.podReview, r.podView(bc, true))
+		b.WriteByte('|')
+		b.WriteString(bc.c.key.String())
+		b.WriteByte('=')
+		b.WriteString(key.String())
+	}
+	for i := range p.Common {
+		x := &p.Common[i]
+		b.WriteString("|common:")
+		b.WriteString(x.Constraint.String())
+		b.WriteByte(':')
+		b.WriteString(string(x.Action))
+	}
+	b.WriteString("|warn:")
+	b.WriteString(strconv.Itoa(p.MatchedWarnConstraints))
+	return b.String(), true
+}
+
+// Signature is what decides the pod's verdicts (see request.signature),
+// and whether there is one.
+func (q *PodQuery) Signature() (string, bool) { return q.signature, q.signable }
+
+// PodDenied is Placement.PodDenied for this pod (on any node).
+func (q *PodQuery) PodDenied() (bool, string) { return q.common.PodDenied() }
+
+// MatchedWarnConstraints is Placement.MatchedWarnConstraints.
+func (q *PodQuery) MatchedWarnConstraints() int { return q.common.MatchedWarnConstraints }
+
+// MayDenyNodes reports whether a matched deny constraint can see the node:
+// without one, no node is denied unless the pod is everywhere.
+func (q *PodQuery) MayDenyNodes() bool { return q.mayDeny }
+
+// Evaluate judges the pod on the candidates, as Engine.Evaluate does.
+func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement, error) {
+	e := q.e
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open store transaction: %w", err)
+	}
+	if e.snap.Load() != q.snap {
+		// The policy set changed since Prepare: judge everything anew.
+		e.store.Abort(ctx, txn)
+		return e.Evaluate(ctx, PlacementRequest{Pod: q.pod, Candidates: cands})
+	}
+	defer e.store.Abort(ctx, txn)
+	r := e.newRequest(ctx, txn, q.snap, q.in, false)
+	defer r.addStats()
+	if err := r.candidates(cands); err != nil {
+		return nil, err
+	}
+	p := r.placement()
+	p.Common = q.common.Common
+	p.MatchedWarnConstraints = q.common.MatchedWarnConstraints
+	if err := r.judgeNodes(p, q.nodeReading); err != nil {
+		return nil, err
+	}
+	p.Evaluations = int(r.evals)
+	p.settle()
+	return p, nil
+}
