@@ -24,7 +24,9 @@ type Placement struct {
 	// Evaluations counts the Rego evaluations this answer took.
 	Evaluations int
 
-	columns    []column
+	columns []column
+	// signature is the PodQuery's whose answer this is (Rebind).
+	signature  string
 	commonDeny bool
 	commonWarn int // distinct warn constraints in Common
 }

@@ -29,6 +29,9 @@ type PodQuery struct {
 	mayDeny     bool
 	signature   string
 	signable    bool
+	// binds are the pod's printed values per node-reading constraint (by
+	// place in the policy set), for Rebind.
+	binds map[int]bindings
 }
 
 // Prepare matches the pod against every constraint and judges it on the
@@ -62,18 +65,27 @@ func (e *Engine) Prepare(ctx context.Context, pod map[string]any) (*PodQuery, er
 		}
 	}
 	q.signature, q.signable = r.signature(nodeReading, p)
+	if q.signable {
+		q.binds = make(map[int]bindings, len(nodeReading))
+		for _, order := range nodeReading {
+			q.binds[order] = r.podView(snap.constraints[order], true).bind
+		}
+	}
 	return q, nil
 }
 
 // signature names what decides the pod's verdicts on every node: the
-// policy generation, the matched constraints and, for each, the pod's part
-// of its memo key (printed values left out), and the pod-only verdicts.
+// policy and inventory generations, the matched constraints and, for each,
+// the pod's part of its memo key (printed values left out), and the
+// pod-only verdicts.
 // Pods with equal signatures are denied on the same nodes and score the
 // same everywhere. It is not signable when a matched constraint is not
 // memoised or keys on the node's name together with the pod.
 func (r *request) signature(nodeReading []int, p *Placement) (string, bool) {
 	var b strings.Builder
 	b.WriteString(strconv.FormatUint(r.snap.generation, 10))
+	b.WriteByte('/')
+	b.WriteString(r.invGen.String())
 	for _, order := range nodeReading {
 		bc := r.snap.constraints[order]
 		if !r.memoOK(bc) || bc.analysis.NodeNameObserved {
@@ -137,5 +149,29 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 	}
 	p.Evaluations = int(r.evals)
 	p.settle()
+	if q.signable {
+		p.signature = q.signature
+	}
 	return p, nil
+}
+
+// Rebind is p, the answer of a PodQuery with the same signature (another
+// pod of the same class, judged on the same inventory under the same
+// policy set), as an answer for this query's pod: the same verdicts, this
+// pod's pod-only violations and printed values. It shares p's cells; it
+// is false when p is not such an answer.
+func (q *PodQuery) Rebind(p *Placement) (*Placement, bool) {
+	if !q.signable || p.signature != q.signature {
+		return nil, false
+	}
+	out := *p
+	out.Common = q.common.Common
+	out.Evaluations = 0
+	out.columns = make([]column, len(p.columns))
+	for i, c := range p.columns {
+		c.pod = q.binds[c.order]
+		out.columns[i] = c
+	}
+	out.settle()
+	return &out, true
 }

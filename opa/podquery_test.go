@@ -80,6 +80,28 @@ func TestPodQueryAgreesWithEvaluate(t *testing.T) {
 		if sig2, _ := q2.Signature(); sig2 != sig {
 			t.Errorf("%s: renaming the pod changed its signature:\n%s\n%s", tc.Name, sig, sig2)
 		}
+		// The first pod's answer, rebound to the renamed pod, is the
+		// renamed pod's own answer, messages included.
+		first, err := q.Evaluate(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := q2.Evaluate(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rebound, ok := q2.Rebind(first)
+		if !ok {
+			t.Fatalf("%s: Rebind refused an answer of the same signature", tc.Name)
+		}
+		for i := range all {
+			if !reflect.DeepEqual(rebound.Violations(i), own.Violations(i)) || rebound.Score(i) != own.Score(i) || rebound.Denied(i) != own.Denied(i) {
+				t.Errorf("%s, node %s: rebound %v, own %v", tc.Name, all[i].Name, rebound.Violations(i), own.Violations(i))
+			}
+		}
+		if _, ok := q2.Rebind(want); ok {
+			t.Errorf("%s: Rebind took an answer of Engine.Evaluate, which has no signature", tc.Name)
+		}
 		if other, dup := signatures[sig]; dup {
 			t.Errorf("%s and %s share a signature but are judged differently", tc.Name, other)
 		}

@@ -34,13 +34,17 @@ constraint with its action and message (-o json: the same as JSON).
 on that node, ready for opa eval (add the constraint's spec.parameters as
 input.parameters).
 
+For the plugin build (cmd/opa-kube-scheduler), give the profile's
+enforcementPoint with --enforcement-point, and its policyDir with
+--policy-dir.
+
 Needs get/list/watch on what the service reads (deploy/base/rbac.yaml).
 
 Flags:
 `
 
 type explainFlags struct {
-	pod, kubeconfig, output, input, enforcementPoint string
+	pod, kubeconfig, output, input, enforcementPoint, policyDir string
 	nodes, syncKinds                                 []string
 	timeout                                          time.Duration
 }
@@ -56,6 +60,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&f.input, "input", "", "print input.review as templates see it on this node, and nothing else")
 	fs.StringVar(&f.enforcementPoint, "enforcement-point", opa.DefaultEnforcementPoint, "the service's name in scopedEnforcementActions")
 	fs.StringSliceVar(&f.syncKinds, "sync-kind", nil, "further inventory kinds, as the service's --sync-kind")
+	fs.StringVar(&f.policyDir, "policy-dir", "", "judge with the templates and constraints of this folder instead of the cluster's (inventory still from the cluster), as a plugin profile with policyDir does")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "how long to wait for the cluster's policies and inventory")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, explainHelp)
@@ -159,7 +164,14 @@ func syncedEngine(ctx context.Context, cfg *rest.Config, f explainFlags) (*opa.E
 	if err != nil {
 		return nil, err
 	}
-	src, err := source.NewCluster(e, source.ClusterOptions{Config: cfg, ExtraKinds: extra, Logger: quiet, ConstraintGrace: 5 * time.Second})
+	if f.policyDir != "" {
+		if err := source.NewDir(f.policyDir, e, source.DirOptions{Logger: quiet}).Sync(ctx); err != nil {
+			e.Close(ctx)
+			return nil, fmt.Errorf("--policy-dir: %w", err)
+		}
+	}
+	src, err := source.NewCluster(e, source.ClusterOptions{Config: cfg, ExtraKinds: extra, Logger: quiet, ConstraintGrace: 5 * time.Second,
+		InventoryOnly: f.policyDir != ""})
 	if err != nil {
 		e.Close(ctx)
 		return nil, err

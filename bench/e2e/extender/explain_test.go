@@ -3,7 +3,9 @@ package extender_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,6 +88,33 @@ func TestExplainCommand(t *testing.T) {
 	}
 	if r := input.Review; r.Operation != "CREATE" || r.Object.Spec.NodeName != "beta-1" || r.NamespaceObject.Metadata.Labels["tenant"] != "alpha" {
 		t.Errorf("--input beta-1: %+v", r)
+	}
+
+	// --policy-dir: the folder's policies, not the cluster's (a plugin
+	// profile with policyDir), on the cluster's nodes.
+	dir := t.TempDir()
+	spot, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "examples", "spot-toleration", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	folderPolicy := string(spot) + `
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sSpotNodeToleration
+metadata:
+  name: folder-only
+spec:
+  enforcementAction: warn
+`
+	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(folderPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table, code = run("--pod", "alpha/web-1", "--policy-dir", dir)
+	if code != 0 {
+		t.Fatalf("explain --policy-dir exited %d", code)
+	}
+	if strings.Contains(table, "tenant-nodes") || !strings.Contains(table, "alpha/web-1  beta-1   allowed  10") {
+		t.Errorf("with --policy-dir the cluster's tenant-nodes constraint still applies, or beta-1 is not allowed:\n%s", table)
 	}
 
 	if _, code := run("--pod", "alpha/missing"); code != 1 {

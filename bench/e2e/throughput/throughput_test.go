@@ -205,6 +205,7 @@ func TestSchedulerThroughput(t *testing.T) {
 			if s.plugin {
 				pluginEvals = scrapeEvaluations(t, sched)
 			}
+			logSchedulerCosts(t, sched, s.name)
 			sched.Stop()
 			n := len(bound)
 			after := engine.Stats()
@@ -300,6 +301,30 @@ func scrapeEvaluations(t *testing.T, s *cluster.Scheduler) float64 {
 	}
 	t.Errorf("plugin build metrics carry no opa_scheduler_extender_evaluations_total")
 	return 0
+}
+
+// logSchedulerCosts logs where the scheduler's time went: the scheduling
+// algorithm's total, the OPAGatekeeper plugin's share by extension point
+// (kube-scheduler samples these), and opportunistic batching's attempts.
+func logSchedulerCosts(t *testing.T, s *cluster.Scheduler, setup string) {
+	t.Helper()
+	b, err := s.Metrics(context.Background())
+	if err != nil {
+		t.Logf("%s: scheduler metrics: %v", setup, err)
+		return
+	}
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "scheduler_batch_attempts_total"),
+			strings.HasPrefix(line, "scheduler_scheduling_algorithm_duration_seconds_sum"),
+			strings.HasPrefix(line, "scheduler_scheduling_algorithm_duration_seconds_count"),
+			strings.HasPrefix(line, "scheduler_plugin_execution_duration_seconds_sum") && strings.Contains(line, `plugin="OPAGatekeeper"`),
+			strings.HasPrefix(line, "scheduler_plugin_execution_duration_seconds_count") && strings.Contains(line, `plugin="OPAGatekeeper"`):
+			lines = append(lines, line)
+		}
+	}
+	t.Logf("%s: scheduler costs:\n  %s", setup, strings.Join(lines, "\n  "))
 }
 
 // waitBound follows the pods' watch (re-opened from the last resource

@@ -5,20 +5,24 @@
 //
 // # What it owns
 //
-//   - The extension points. PreFilter evaluates the pod once per
-//     scheduling cycle on every node of the snapshot (the engine memoises
-//     on what decides each verdict, so this costs one Rego evaluation per
-//     (pod class, node class), not per node): a deny that cannot see the
-//     node ends the cycle as UnschedulableAndUnresolvable with the
-//     constraint's message; when no node is denied the plugin's Filter is
-//     skipped. Filter answers per node from that verdict (deny:
-//     UnschedulableAndUnresolvable, so preemption never picks a node the
-//     policy forbids). PreScore skips Score when no warn constraint
+//   - The extension points. PreFilter prepares the pod once per cycle
+//     (opa.PodQuery: matched against every constraint, judged on those
+//     that cannot see the node): a deny among those ends the cycle as
+//     UnschedulableAndUnresolvable with the constraint's message; when no
+//     matched deny constraint can see the node, the plugin's Filter is
+//     skipped. Filter judges nodes on first need, a block of 32 at a time
+//     (deny: UnschedulableAndUnresolvable, so preemption never picks a node
+//     the policy forbids). PreScore skips Score when no warn constraint
 //     matches; Score is the extender's prioritize score (10 * (W - V) / W)
-//     scaled to 0..100. The cycle state carries the verdict between them.
-//     Messages, enforcement actions, the action annotation, scoped actions
-//     and dry runs are the engine's, so they are exactly the extender's
-//     (server/testdata/enforcement.yaml is the shared table).
+//     scaled to 0..100. SignPod signs a pod with what decides its verdicts
+//     (the engine's memo keys, printed names left out, the policy and
+//     inventory generations), so kube-scheduler's opportunistic batching
+//     stays on; the same signature shares judged blocks between the cycles
+//     of a ReplicaSet's pods (state.go), each cycle's messages naming its
+//     own pod (PodQuery.Rebind). Messages, enforcement actions, the action
+//     annotation, scoped actions and dry runs are the engine's, so they are
+//     exactly the extender's (server/testdata/enforcement.yaml is the
+//     shared table).
 //   - Where its engine's objects come from: Nodes and Namespaces from the
 //     scheduler's own SharedInformerFactory (no second watch), templates,
 //     constraints and --sync-kind style extra kinds through the extender's

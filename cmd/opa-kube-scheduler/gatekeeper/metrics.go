@@ -29,7 +29,7 @@ const (
 var (
 	decisionsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: enginemetrics.Namespace, Subsystem: subsystem, Name: "decisions_total",
-		Help:           "Constraint violations per (pod, node) pair judged at PreFilter (every node of the snapshot), by profile, constraint kind, constraint name and enforcement action.",
+		Help:           "Constraint violations per (pod, node) pair judged (the nodes Filter or Score asked about, a block of 32 at a time), by profile, constraint kind, constraint name and enforcement action. Pods denied on every node at PreFilter are counted by pods_rejected_total.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"profile", "constraint_kind", "constraint", "action"})
 	podsRejectedTotal = metrics.NewCounterVec(&metrics.CounterOpts{

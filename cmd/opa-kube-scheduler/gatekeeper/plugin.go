@@ -31,6 +31,7 @@ type Plugin struct {
 	requeue *requeuer
 	metrics *profileMetrics
 	signed  atomic.Pointer[signedPod]
+	blocks  blockCache
 }
 
 // policy is the part of the engine the extension points use.
@@ -57,18 +58,20 @@ func (pl *Plugin) Name() string { return Name }
 // judged when Filter or Score first asks about them, a block at a time.
 func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if ok, why := pl.ready(); !ok {
-		pl.requeue.rejected(pod)
+		pl.requeue.rejected(pod, true)
 		pl.metrics.rejectedPod(reasonNotReady)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "policies not synced yet: "+why)
 	}
-	q, content, err := pl.prepare(ctx, pod)
+	q, err := pl.prepare(ctx, pod)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
 	index := pl.index.of(nodes)
-	state.Write(stateKey, &cycleState{query: q, nodes: index, blocks: make([]block, (len(index.names)+blockSize-1)/blockSize), pod: content, infos: nodes})
+	sig, signable := q.Signature()
+	shared := pl.blocks.of(sig, signable, index)
+	state.Write(stateKey, &cycleState{query: q, nodes: index, shared: shared, rebound: make([]block, len(shared.blocks)), infos: nodes})
 	if denied, msg := q.PodDenied(); denied {
-		pl.requeue.rejected(pod)
+		pl.requeue.rejected(pod, false)
 		pl.metrics.rejectedPod(reasonDenied)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
@@ -77,25 +80,25 @@ func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		// this plugin's Filter.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pl.requeue.rejected(pod)
+	pl.requeue.rejected(pod, false)
 	return nil, nil
 }
 
 // prepare is the engine's PodQuery for the pod: the one SignPod made for
 // this very pod version under the same policy generation, or a new one.
-func (pl *Plugin) prepare(ctx context.Context, pod *v1.Pod) (*opa.PodQuery, map[string]any, error) {
+func (pl *Plugin) prepare(ctx context.Context, pod *v1.Pod) (*opa.PodQuery, error) {
 	if s := pl.signed.Load(); s != nil && s.uid == pod.UID && s.resourceVersion == pod.ResourceVersion && s.generation == pl.engine.Stats().PolicyGeneration {
-		return s.query, s.content, nil
+		return s.query, nil
 	}
 	content, err := podContent(pod)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	q, err := pl.engine.Prepare(ctx, content)
 	if err != nil {
-		return nil, nil, fmt.Errorf("evaluate policies: %w", err)
+		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}
-	return q, content, nil
+	return q, nil
 }
 
 // signedPod is the PodQuery SignPod made, for PreFilter of the same cycle.
@@ -104,7 +107,6 @@ type signedPod struct {
 	resourceVersion string
 	generation      uint64
 	query           *opa.PodQuery
-	content         map[string]any
 }
 
 // signatureKey is this plugin's fragment of a pod's signature.
@@ -130,7 +132,7 @@ func (pl *Plugin) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment,
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("evaluate policies: %w", err))
 	}
-	pl.signed.Store(&signedPod{uid: pod.UID, resourceVersion: pod.ResourceVersion, generation: gen, query: q, content: content})
+	pl.signed.Store(&signedPod{uid: pod.UID, resourceVersion: pod.ResourceVersion, generation: gen, query: q})
 	sig, ok := q.Signature()
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "the policies' verdicts depend on this pod itself")
@@ -180,15 +182,34 @@ func (pl *Plugin) verdict(ctx context.Context, s *cycleState, nodeInfo fwk.NodeI
 		return p, 0, nil
 	}
 	k := i / blockSize
-	b := &s.blocks[k]
-	b.once.Do(func() {
-		start, end := k*blockSize, min((k+1)*blockSize, len(s.nodes.names))
-		b.placement, b.err = pl.judgeBlock(ctx, s, start, end)
-	})
-	if b.err != nil {
-		return nil, 0, b.err
+	p, err := pl.block(ctx, s, k)
+	if err != nil {
+		return nil, 0, err
 	}
-	return b.placement, i - k*blockSize, nil
+	return p, i - k*blockSize, nil
+}
+
+// block is block k's verdict for this cycle's pod: the shared block's,
+// judged by the first pod of the class that needed it, rebound to this
+// pod. The judging is not cancelled with the cycle (Filter stops early
+// once enough nodes pass): the block serves the class's later pods.
+func (pl *Plugin) block(ctx context.Context, s *cycleState, k int) (*opa.Placement, error) {
+	start, end := k*blockSize, min((k+1)*blockSize, len(s.nodes.names))
+	judge := func() (*opa.Placement, *opa.PodQuery, error) {
+		p, err := pl.judgeBlock(context.WithoutCancel(ctx), s, start, end)
+		return p, s.query, err
+	}
+	p, by, err := s.shared.blocks[k].get(judge)
+	if err != nil || by == s.query {
+		return p, err
+	}
+	p, _, err = s.rebound[k].get(func() (*opa.Placement, *opa.PodQuery, error) {
+		if mine, ok := s.query.Rebind(p); ok {
+			return mine, s.query, nil
+		}
+		return judge()
+	})
+	return p, err
 }
 
 // judgeBlock judges nodes [start, end) of PreFilter's list. Nodes the
@@ -215,12 +236,12 @@ func (pl *Plugin) judgeBlock(ctx context.Context, s *cycleState, start, end int)
 		}
 		fixed[j].Object = obj
 	}
-	if fixed == nil {
-		return p, nil
+	if fixed != nil {
+		if p, err = s.query.Evaluate(ctx, fixed); err != nil {
+			return nil, fmt.Errorf("evaluate policies: %w", err)
+		}
 	}
-	if p, err = s.query.Evaluate(ctx, fixed); err != nil {
-		return nil, fmt.Errorf("evaluate policies: %w", err)
-	}
+	pl.metrics.decisions(p)
 	return p, nil
 }
 

@@ -358,3 +358,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestNamespaceChangeAppliedAtOnce: in a quiet cluster the apply that
+// takes a Namespace change is the last one, and ends within the cluster
+// source's batch window of the change (20ms): the namespace's pods are
+// activated all the same.
+func TestNamespaceChangeAppliedAtOnce(t *testing.T) {
+	table, err := opatest.ReadEnforcementTable(tablePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	engine, err := table.Engine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close(context.Background())
+	act := &fakeActivator{}
+	pl := testPlugin(engine)
+	pl.requeue = newRequeuer(act, engine, pl.ready, pl.metrics)
+	pl.requeue.interval = 5 * time.Millisecond
+	nodes := nodeInfos(table.NodeObjects())
+	for _, tc := range table.Cases[:3] {
+		runCycle(t, pl, tc.PodObject(), nodes)
+	}
+	go pl.requeue.run(ctx)
+
+	pl.requeue.namespaceChanged("tenant-a")
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": "tenant-a", "labels": map[string]any{"tier": "gold"}}}}
+	time.Sleep(20 * time.Millisecond)
+	if errs := engine.Apply(ctx, []opa.Change{{Object: ns}}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	waitFor(t, "tenant-a's pod activated", func() bool { return len(act.activated()) == 1 })
+	if got := act.activated(); got[0] != "tenant-a/api-0" {
+		t.Errorf("a Namespace change activated %v, want tenant-a/api-0 only", got)
+	}
+}

@@ -53,6 +53,9 @@ type requeuer struct {
 	// namespaces changed, with the time their change arrived: their pods
 	// are activated once the engine has applied something after it.
 	namespaces map[string]time.Time
+	// unready is true when a pod was rejected because the policies had not
+	// synced: every remembered pod is activated once they have.
+	unready bool
 }
 
 func newRequeuer(a fwk.PodActivator, engine interface{ Stats() opa.Stats }, ready func() (bool, string), m *profileMetrics) *requeuer {
@@ -60,10 +63,12 @@ func newRequeuer(a fwk.PodActivator, engine interface{ Stats() opa.Stats }, read
 		pods: map[types.UID]*v1.Pod{}, namespaces: map[string]time.Time{}}
 }
 
-// rejected remembers a pod denied somewhere (or everywhere).
-func (r *requeuer) rejected(pod *v1.Pod) {
+// rejected remembers a pod denied somewhere (or everywhere); unready
+// says it was rejected because the policies had not synced yet.
+func (r *requeuer) rejected(pod *v1.Pod, unready bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.unready = r.unready || unready
 	if _, ok := r.pods[pod.UID]; !ok && len(r.pods) >= maxRemembered {
 		for uid := range r.pods { // drop any one: bounded, not ordered
 			delete(r.pods, uid)
@@ -88,7 +93,6 @@ func (r *requeuer) run(ctx context.Context) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	lastGen := r.engine.Stats().PolicyGeneration
-	wasReady, _ := r.ready()
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,15 +101,18 @@ func (r *requeuer) run(ctx context.Context) {
 		}
 		st := r.engine.Stats()
 		ready, _ := r.ready()
+		r.mu.Lock()
+		unready := r.unready && ready
+		r.mu.Unlock()
 		switch {
-		case ready && !wasReady:
+		case unready:
 			r.activateAll(logger, requeueReady)
 		case st.PolicyGeneration != lastGen:
 			r.activateAll(logger, requeuePolicy)
 		default:
 			r.activateNamespaces(logger, st.LastApply)
 		}
-		wasReady, lastGen = ready, st.PolicyGeneration
+		lastGen = st.PolicyGeneration
 	}
 }
 
@@ -113,6 +120,7 @@ func (r *requeuer) activateAll(logger klog.Logger, reason string) {
 	r.mu.Lock()
 	pods := r.pods
 	r.pods = map[types.UID]*v1.Pod{}
+	r.unready = false
 	clear(r.namespaces)
 	r.mu.Unlock()
 	r.activate(logger, pods, reason)
@@ -121,12 +129,11 @@ func (r *requeuer) activateAll(logger klog.Logger, reason string) {
 // activateNamespaces activates the pods of namespaces whose change the
 // engine has applied (its last apply is later than the change).
 func (r *requeuer) activateNamespaces(logger klog.Logger, lastApply time.Time) {
+	now := time.Now()
 	r.mu.Lock()
 	var pods map[types.UID]*v1.Pod
 	for ns, at := range r.namespaces {
-		// An apply that ends 50ms after the change arrived has taken it
-		// (the cluster source batches for 20ms).
-		if !lastApply.After(at.Add(50 * time.Millisecond)) {
+		if !namespaceApplied(at, lastApply, now) {
 			continue
 		}
 		delete(r.namespaces, ns)
@@ -143,6 +150,32 @@ func (r *requeuer) activateNamespaces(logger klog.Logger, lastApply time.Time) {
 	r.mu.Unlock()
 	r.activate(logger, pods, requeueNamespace)
 }
+
+// namespaceApplied tells whether the engine has taken a Namespace change
+// that arrived at `at`, its last apply having ended at lastApply:
+//   - an apply that ends 50ms after the change arrived has taken it (the
+//     cluster source batches for 20ms);
+//   - in a quiet cluster the change's own apply is the last one and ends
+//     sooner: once the change is namespaceSettle old, an apply that ended
+//     after it arrived is taken to be that one;
+//   - and after namespaceGiveUp the change is taken as applied anyway (the
+//     source applied it before this handler ran). An activation too early
+//     costs a pod one more rejection, one never made strands it until the
+//     scheduler's own flush (5 minutes).
+func namespaceApplied(at, lastApply, now time.Time) bool {
+	switch {
+	case lastApply.After(at.Add(50 * time.Millisecond)):
+		return true
+	case lastApply.After(at) && now.Sub(at) >= namespaceSettle:
+		return true
+	}
+	return now.Sub(at) >= namespaceGiveUp
+}
+
+const (
+	namespaceSettle = 500 * time.Millisecond
+	namespaceGiveUp = 5 * time.Second
+)
 
 func (r *requeuer) activate(logger klog.Logger, pods map[types.UID]*v1.Pod, reason string) {
 	if len(pods) == 0 {

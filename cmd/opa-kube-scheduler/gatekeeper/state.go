@@ -18,30 +18,99 @@ const stateKey fwk.StateKey = Name
 // one block, not the whole list; without it, blocks add up to the list.
 const blockSize = 32
 
-// cycleState is the pod prepared at PreFilter, and the verdicts of the
-// node blocks judged so far, read by Filter, PreScore and Score. Blocks
-// are judged once (sync.Once) and never changed, so Clone (preemption,
-// nominated pods) shares the state, and Filter and Score, run in parallel
-// by the framework, read it without other locks.
+// cycleState is the pod prepared at PreFilter and where its node blocks'
+// verdicts are kept: in blocks shared by the cycles of every pod with the
+// same signature (same verdicts: the engine's memo keys, inventory and
+// policy generations), and per cycle once rebound to this pod's printed
+// values. Clone (preemption, nominated pods) shares the state; Filter and
+// Score, run in parallel by the framework, take a block's lock only to
+// judge it.
 type cycleState struct {
 	query  *opa.PodQuery
 	nodes  *nodeIndex
-	blocks []block
-	// pod is the pod's content as the engine takes it.
-	pod map[string]any
+	shared *classBlocks
+	// rebound are the shared blocks as answers for this cycle's pod.
+	rebound []block
 	// infos is PreFilter's node list (in the index's order), for nodes
 	// the engine has not received yet.
 	infos []fwk.NodeInfo
 }
 
+// block is the verdict on one block of nodes, and the query it answers.
 type block struct {
-	once      sync.Once
+	mu      sync.Mutex // held while judging
+	verdict atomic.Pointer[blockVerdict]
+}
+
+type blockVerdict struct {
 	placement *opa.Placement
-	err       error
+	by        *opa.PodQuery
+}
+
+// get is the block's placement, judged by judge on first need (readers
+// of a judged block take no lock). Errors are not kept: a later caller
+// judges again.
+func (b *block) get(judge func() (*opa.Placement, *opa.PodQuery, error)) (*opa.Placement, *opa.PodQuery, error) {
+	if v := b.verdict.Load(); v != nil {
+		return v.placement, v.by, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v := b.verdict.Load(); v != nil {
+		return v.placement, v.by, nil
+	}
+	p, by, err := judge()
+	if err != nil {
+		return nil, nil, err
+	}
+	b.verdict.Store(&blockVerdict{placement: p, by: by})
+	return p, by, nil
 }
 
 // Clone implements fwk.StateData.
 func (s *cycleState) Clone() fwk.StateData { return s }
+
+// classBlocks are the blocks judged for one signature on one node list.
+type classBlocks struct {
+	signature string
+	index     *nodeIndex
+	blocks    []block
+}
+
+// maxClasses bounds the signatures whose blocks are kept: a few
+// ReplicaSets scheduled in turn.
+const maxClasses = 8
+
+// blockCache keeps the classBlocks of the last maxClasses signatures.
+type blockCache struct {
+	mu      sync.Mutex
+	entries []*classBlocks // most recent first
+}
+
+// of is the classBlocks for the signature on the index's list; signable
+// false gives blocks of the cycle's own.
+func (c *blockCache) of(signature string, signable bool, index *nodeIndex) *classBlocks {
+	n := (len(index.names) + blockSize - 1) / blockSize
+	if !signable {
+		return &classBlocks{index: index, blocks: make([]block, n)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, e := range c.entries {
+		if e.signature == signature && e.index == index {
+			copy(c.entries[1:i+1], c.entries[:i])
+			c.entries[0] = e
+			return e
+		}
+	}
+	e := &classBlocks{signature: signature, index: index, blocks: make([]block, n)}
+	if len(c.entries) < maxClasses {
+		c.entries = append(c.entries, nil)
+	}
+	copy(c.entries[1:], c.entries)
+	c.entries[0] = e
+	return e
+}
 
 func readState(state fwk.CycleState) (*cycleState, error) {
 	d, err := state.Read(stateKey)
