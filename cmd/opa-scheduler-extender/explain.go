@@ -45,8 +45,8 @@ Flags:
 
 type explainFlags struct {
 	pod, kubeconfig, output, input, enforcementPoint, policyDir string
-	nodes, syncKinds                                 []string
-	timeout                                          time.Duration
+	nodes, syncKinds                                            []string
+	timeout                                                     time.Duration
 }
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
