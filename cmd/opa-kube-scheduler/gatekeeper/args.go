@@ -1,6 +1,8 @@
 package gatekeeper
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -76,7 +78,16 @@ func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String()
 // and validates them.
 func decodeArgs(obj runtime.Object) (Args, error) {
 	var a Args
-	if obj != nil {
+	switch o := obj.(type) {
+	case nil:
+	case *runtime.Unknown:
+		// Strictly: a misspelt arg must not be ignored.
+		dec := json.NewDecoder(bytes.NewReader(o.Raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&a); err != nil {
+			return Args{}, fmt.Errorf("decode %s args: %w", Name, err)
+		}
+	default:
 		if err := frameworkruntime.DecodeInto(obj, &a); err != nil {
 			return Args{}, fmt.Errorf("decode %s args: %w", Name, err)
 		}
