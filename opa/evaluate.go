@@ -80,27 +80,16 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if req.Pod == nil {
 		return nil, errors.New("pod is required")
 	}
-	// The transaction first: while it is open no commit completes, so
-	// the policy set loaded next is the one in force for its inventory,
-	// or the one just before (see commit and nodeview.go).
-	txn, err := e.store.NewTransaction(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("open store transaction: %w", err)
-	}
-	defer e.store.Abort(ctx, txn)
-	snap := e.snap.Load()
-
-	in, err := e.podInput(ctx, txn, req.Pod)
+	r, err := e.begin(ctx, req.Pod, req.Explain)
 	if err != nil {
 		return nil, err
 	}
-	r := e.newRequest(ctx, txn, snap, in, req.Explain)
-	defer r.addStats()
+	defer r.end()
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
 	}
 	p := r.placement()
-	nodeReading, err := r.judgePod(p, in)
+	nodeReading, err := r.judgePod(p)
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +101,35 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	return p, nil
 }
 
+// begin opens a request for the pod: a store transaction and the policy
+// set in force. The transaction first: while it is open no commit
+// completes, so the policy set loaded next is the one in force for its
+// inventory, or the one just before (see commit and nodeview.go). end
+// closes it.
+func (e *Engine) begin(ctx context.Context, pod map[string]any, explain bool) (*request, error) {
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open store transaction: %w", err)
+	}
+	snap := e.snap.Load()
+	in, err := e.podInput(ctx, txn, pod)
+	if err != nil {
+		e.store.Abort(ctx, txn)
+		return nil, err
+	}
+	return e.newRequest(ctx, txn, snap, in, explain), nil
+}
+
+// end adds the request's counters to the engine's and closes its
+// transaction.
+func (r *request) end() {
+	r.addStats()
+	r.e.store.Abort(r.ctx, r.txn)
+}
+
 func (e *Engine) newRequest(ctx context.Context, txn storage.Transaction, snap *snapshot, in podInput, explain bool) *request {
 	return &request{
-		e: e, ctx: ctx, txn: txn, snap: snap,
+		e: e, ctx: ctx, txn: txn, snap: snap, in: in,
 		invGen:    ast.NewTerm(e.readValue(ctx, txn, generationPath)),
 		explain:   explain,
 		podReview: ast.NewTerm(in.review),
@@ -135,7 +150,8 @@ func (r *request) placement() *Placement {
 // of those that cannot see the node (p.Common) and the warn count, and
 // returns the places in the policy set of the matched constraints that
 // can see the node, for judgeNodes.
-func (r *request) judgePod(p *Placement, in podInput) ([]int, error) {
+func (r *request) judgePod(p *Placement) ([]int, error) {
+	in := r.in
 	m := &matchable{gvk: podGVK, name: in.name, namespace: in.namespace, labels: in.labels, ns: in.ns, source: "Original"}
 	var nodeReading []int
 	for order, bc := range r.snap.constraints {
@@ -226,6 +242,7 @@ type request struct {
 	snap      *snapshot
 	invGen    *ast.Term
 	podReview *ast.Term
+	in        podInput
 	slots     []nodeSlot
 	override  bool
 	nodes     *ast.Term

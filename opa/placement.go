@@ -287,16 +287,20 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 // (the extender's filter, the plugin's Filter) give for a denied node.
 func (p *Placement) DenyMessage(i int) string {
 	var b strings.Builder
-	p.EachViolationOf(i, Deny, func(x *Violation) {
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteByte('[')
-		b.WriteString(x.Constraint.Name)
-		b.WriteString("] ")
-		b.WriteString(x.Message)
-	})
+	p.EachViolationOf(i, Deny, func(x *Violation) { writeDeny(&b, x) })
 	return b.String()
+}
+
+// writeDeny adds "[<constraint name>] <msg>" to b, after "; " when b is
+// not empty.
+func writeDeny(b *strings.Builder, x *Violation) {
+	if b.Len() > 0 {
+		b.WriteString("; ")
+	}
+	b.WriteByte('[')
+	b.WriteString(x.Constraint.Name)
+	b.WriteString("] ")
+	b.WriteString(x.Message)
 }
 
 // PodDenied reports whether a deny constraint that cannot see the node is
@@ -309,16 +313,9 @@ func (p *Placement) PodDenied() (bool, string) {
 	var b strings.Builder
 	for i := range p.Common {
 		x := &p.Common[i]
-		if x.Action != Deny {
-			continue
+		if x.Action == Deny {
+			writeDeny(&b, x)
 		}
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteByte('[')
-		b.WriteString(x.Constraint.Name)
-		b.WriteString("] ")
-		b.WriteString(x.Message)
 	}
 	return true, b.String()
 }

@@ -40,25 +40,19 @@ func (e *Engine) Prepare(ctx context.Context, pod map[string]any) (*PodQuery, er
 	if pod == nil {
 		return nil, errors.New("pod is required")
 	}
-	txn, err := e.store.NewTransaction(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("open store transaction: %w", err)
-	}
-	defer e.store.Abort(ctx, txn)
-	snap := e.snap.Load()
-	in, err := e.podInput(ctx, txn, pod)
+	r, err := e.begin(ctx, pod, false)
 	if err != nil {
 		return nil, err
 	}
-	r := e.newRequest(ctx, txn, snap, in, false)
-	defer r.addStats()
+	defer r.end()
+	snap := r.snap
 	p := r.placement()
-	nodeReading, err := r.judgePod(p, in)
+	nodeReading, err := r.judgePod(p)
 	if err != nil {
 		return nil, err
 	}
 	p.settle()
-	q := &PodQuery{e: e, pod: pod, snap: snap, in: in, common: p, nodeReading: nodeReading}
+	q := &PodQuery{e: e, pod: pod, snap: snap, in: r.in, common: p, nodeReading: nodeReading}
 	for _, order := range nodeReading {
 		if snap.constraints[order].c.action == Deny {
 			q.mayDeny = true

@@ -22,6 +22,22 @@ import (
 // tablePath is the enforcement table the extender's tests run too.
 const tablePath = "../../../server/testdata/enforcement.yaml"
 
+// tableEngine is the enforcement table and an engine with its objects,
+// closed when the test ends.
+func tableEngine(t *testing.T) (*opatest.EnforcementTable, *opa.Engine) {
+	t.Helper()
+	table, err := opatest.ReadEnforcementTable(tablePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := table.Engine(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { engine.Close(context.Background()) })
+	return table, engine
+}
+
 // fakeActivator records Activate calls.
 type fakeActivator struct {
 	mu    sync.Mutex
@@ -117,16 +133,7 @@ func runCycle(t *testing.T, pl *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) cycle
 // extension points: same denials, same messages, scores ten times the
 // extender's.
 func TestEnforcementTable(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(ctx)
+	table, engine := tableEngine(t)
 	pl := testPlugin(engine)
 	nodes := nodeInfos(table.NodeObjects())
 	for _, tc := range table.Cases {
@@ -163,16 +170,8 @@ func TestEnforcementTable(t *testing.T) {
 // the engine's inventory does not hold yet, and a node outside PreFilter's
 // list (a nominated node), are judged with the scheduler's own object.
 func TestNodesTheEngineHasNotSeen(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, engine := tableEngine(t)
 	ctx := context.Background()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(ctx)
 	pl := testPlugin(engine)
 	pod := table.Cases[0].PodObject()
 	fresh := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "fresh-spot", Labels: map[string]string{"lifecycle": "spot"}}}
@@ -196,17 +195,9 @@ func TestNodesTheEngineHasNotSeen(t *testing.T) {
 // pod as unresolvable (no preemption), remembers it, and activates it
 // once ready.
 func TestNotReady(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, engine := tableEngine(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	var mu sync.Mutex
 	ready := false
 	check := func() (bool, string) {
@@ -238,17 +229,9 @@ func TestNotReady(t *testing.T) {
 // activates that namespace's pods only, once the engine has applied
 // something after it.
 func TestPolicyChangeActivatesRejectedPods(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, engine := tableEngine(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	act := &fakeActivator{}
 	pl := testPlugin(engine)
 	pl.requeue = newRequeuer(act, engine, pl.ready, pl.metrics)
@@ -289,17 +272,9 @@ func TestPolicyChangeActivatesRejectedPods(t *testing.T) {
 // calls run in parallel, as the framework runs them, while constraints
 // change underneath (go test -race).
 func TestConcurrentCyclesWithPolicyChurn(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, engine := tableEngine(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	pl := testPlugin(engine)
 	nodes := nodeInfos(table.NodeObjects())
 	var churn sync.WaitGroup
@@ -364,17 +339,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // source's batch window of the change (20ms): the namespace's pods are
 // activated all the same.
 func TestNamespaceChangeAppliedAtOnce(t *testing.T) {
-	table, err := opatest.ReadEnforcementTable(tablePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, engine := tableEngine(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	engine, err := table.Engine(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer engine.Close(context.Background())
 	act := &fakeActivator{}
 	pl := testPlugin(engine)
 	pl.requeue = newRequeuer(act, engine, pl.ready, pl.metrics)
