@@ -216,13 +216,18 @@ func (s *Scheduler) Running() bool { done, _ := s.p.exited(); return !done }
 
 // Metrics returns the scheduler's Prometheus /metrics text, fetched with the
 // admin token (the scheduler authorizes it through the API server).
-func (s *Scheduler) Metrics(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/metrics", nil)
+func (s *Scheduler) Metrics(ctx context.Context) ([]byte, error) { return s.Get(ctx, "/metrics") }
+
+// Get fetches a path of the scheduler's secure port as admin (for
+// example /debug/pprof/profile?seconds=5).
+func (s *Scheduler) Get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+s.c.AdminToken)
 	hc := insecureClient()
+	hc.Timeout = 0 // profiles take their time; ctx bounds the call
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -234,7 +239,7 @@ func (s *Scheduler) Metrics(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("cluster: scheduler /metrics: %d %s", resp.StatusCode, b)
+		return nil, fmt.Errorf("cluster: scheduler %s: %d %s", path, resp.StatusCode, b)
 	}
 	return b, nil
 }

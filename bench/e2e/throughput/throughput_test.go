@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,7 @@ var (
 	fullPods  = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
 	outFile   = flag.String("out", "", "write the results as JSON to this file")
 	policySet = flag.String("policy-set", policyset.Examples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
+	profDir   = flag.String("scheduler-profile", "", "write a 5 s CPU profile of each setup's kube-scheduler (from 1 s after its start) to this folder")
 	library   = flag.String("library", policyset.DefaultLibraryDir(), "the gatekeeper-library's library/ folder (-policy-set realistic)")
 )
 
@@ -200,7 +202,9 @@ func TestSchedulerThroughput(t *testing.T) {
 			before := engine.Stats()
 			runStart := time.Now()
 			sched := c.StartScheduler(t, opts)
+			profiled := profileScheduler(t, sched, s.name, qps.name)
 			first, last, bound := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
+			<-profiled
 			var pluginEvals float64
 			if s.plugin {
 				pluginEvals = scrapeEvaluations(t, sched)
@@ -301,6 +305,30 @@ func scrapeEvaluations(t *testing.T, s *cluster.Scheduler) float64 {
 	}
 	t.Errorf("plugin build metrics carry no opa_scheduler_extender_evaluations_total")
 	return 0
+}
+
+// profileScheduler writes, with -scheduler-profile, a CPU profile of the
+// scheduler taken while it schedules; the channel closes when it is done.
+func profileScheduler(t *testing.T, s *cluster.Scheduler, setup, qps string) <-chan struct{} {
+	done := make(chan struct{})
+	if *profDir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		time.Sleep(time.Second)
+		b, err := s.Get(context.Background(), "/debug/pprof/profile?seconds=5")
+		if err != nil {
+			t.Logf("%s: profile: %v", setup, err)
+			return
+		}
+		name := strings.NewReplacer(" ", "-", "(", "", ")", "", "/", "-").Replace(setup + "-" + qps)
+		if err := os.WriteFile(filepath.Join(*profDir, name+".pprof"), b, 0o644); err != nil {
+			t.Logf("%s: profile: %v", setup, err)
+		}
+	}()
+	return done
 }
 
 // logSchedulerCosts logs where the scheduler's time went: the scheduling

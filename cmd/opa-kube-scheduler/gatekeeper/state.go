@@ -124,19 +124,28 @@ func readState(state fwk.CycleState) (*cycleState, error) {
 	return s, nil
 }
 
-// nodeIndex maps node names to their place in PreFilter's node list. The
+// nodeIndex maps nodes to their place in PreFilter's node list. The
 // snapshot lists nodes in the same order from cycle to cycle until the
-// node set changes, so the index is kept and reused while the names match
-// (comparing names is cheaper than building a map per pod).
+// node set changes (kube-scheduler then builds a new list), so the index
+// is kept and reused while the list is the same.
 type nodeIndex struct {
 	names []string
 	pos   map[string]int
+	// byInfo finds the snapshot's own NodeInfo values without hashing
+	// names; copies (preemption, nominated pods) are found by name.
+	byInfo map[fwk.NodeInfo]int
+	// list is the slice the index was built from: the same backing array
+	// is the same list.
+	list []fwk.NodeInfo
 	// candidates are the names as the engine takes them (by name: the
 	// engine's inventory holds the Nodes). Read only.
 	candidates []opa.Candidate
 }
 
-func (x *nodeIndex) lookup(name string) (int, bool) {
+func (x *nodeIndex) lookup(ni fwk.NodeInfo, name string) (int, bool) {
+	if i, ok := x.byInfo[ni]; ok && x.names[i] == name {
+		return i, true
+	}
 	i, ok := x.pos[name]
 	return i, ok
 }
@@ -145,20 +154,28 @@ func (x *nodeIndex) lookup(name string) (int, bool) {
 type indexCache struct{ last atomic.Pointer[nodeIndex] }
 
 func (c *indexCache) of(nodes []fwk.NodeInfo) *nodeIndex {
-	if x := c.last.Load(); x != nil && sameNames(x.names, nodes) {
+	if x := c.last.Load(); x != nil && (sameList(x.list, nodes) || sameNames(x.names, nodes)) {
 		return x
 	}
-	x := &nodeIndex{names: make([]string, len(nodes)), pos: make(map[string]int, len(nodes)), candidates: make([]opa.Candidate, len(nodes))}
+	x := &nodeIndex{list: nodes, names: make([]string, len(nodes)), pos: make(map[string]int, len(nodes)),
+		byInfo: make(map[fwk.NodeInfo]int, len(nodes)), candidates: make([]opa.Candidate, len(nodes))}
 	for i, n := range nodes {
 		name := n.Node().Name
 		x.names[i] = name
 		x.candidates[i].Name = name
 		if _, dup := x.pos[name]; !dup {
 			x.pos[name] = i
+			x.byInfo[n] = i
 		}
 	}
 	c.last.Store(x)
 	return x
+}
+
+// sameList reports whether b is the very slice a was (same array, same
+// length): kube-scheduler never reorders a snapshot list in place.
+func sameList(a, b []fwk.NodeInfo) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 func sameNames(names []string, nodes []fwk.NodeInfo) bool {
