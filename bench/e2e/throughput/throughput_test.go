@@ -158,12 +158,17 @@ func TestSchedulerThroughput(t *testing.T) {
 	ext := func(url string, nodeCache bool) []configv1.Extender {
 		return []configv1.Extender{{URLPrefix: url, FilterVerb: "filter", PrioritizeVerb: "prioritize", Weight: 1, NodeCacheCapable: nodeCache, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}}}
 	}
+	// The plugin build runs right after no extender, the figure it is
+	// compared with; a warm-up run before both keeps the first measured
+	// run from paying for the cluster's start (informer lists, the API
+	// server's caches).
 	setups := []setup{
+		{"warm-up (no extender, not reported)", nil, max(*numPods/10, 50), false},
 		{"no extender", nil, *numPods, false},
+		{"plugin build (OPAGatekeeper)", nil, *numPods, true},
 		{"no-op extender (names)", ext(noopURL, true), *numPods, false},
 		{"opa-scheduler-extender (names)", ext(svcURL, true), *numPods, false},
 		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods, false},
-		{"plugin build (OPAGatekeeper)", nil, *numPods, true},
 	}
 	var results []result
 	run := 0
@@ -172,7 +177,7 @@ func TestSchedulerThroughput(t *testing.T) {
 		qps, burst int
 	}{{"5000/5000", 5000, 5000}, {"default 50/100", 0, 0}} {
 		for _, s := range setups {
-			if s.pods <= 0 {
+			if s.pods <= 0 || (strings.HasPrefix(s.name, "warm-up") && qps.qps == 0) {
 				continue
 			}
 			run++
@@ -236,7 +241,9 @@ func TestSchedulerThroughput(t *testing.T) {
 					t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qps.name, off)
 				}
 			}
-			results = append(results, r)
+			if !strings.HasPrefix(s.name, "warm-up") {
+				results = append(results, r)
+			}
 			t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qps.name, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
 			if n != s.pods {
 				t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qps.name, n, s.pods)

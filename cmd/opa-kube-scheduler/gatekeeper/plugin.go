@@ -80,7 +80,6 @@ func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		// this plugin's Filter.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pl.requeue.rejected(pod, false)
 	return nil, nil
 }
 
@@ -155,6 +154,11 @@ func (pl *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		return fwk.AsStatus(err)
 	}
 	if p.Denied(i) {
+		if s.denied.CompareAndSwap(false, true) {
+			// Remembered once per cycle, for a retry when the policy
+			// changes (requeue.go).
+			pl.requeue.rejected(pod, false)
+		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, p.DenyMessage(i))
 	}
 	return nil

@@ -34,6 +34,8 @@ type cycleState struct {
 	// infos is PreFilter's node list (in the index's order), for nodes
 	// the engine has not received yet.
 	infos []fwk.NodeInfo
+	// denied is set by the first Filter call that denies a node.
+	denied atomic.Bool
 }
 
 // block is the verdict on one block of nodes, and the query it answers.
