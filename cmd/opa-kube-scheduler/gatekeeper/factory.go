@@ -88,6 +88,7 @@ func startSources(ctx context.Context, h fwk.Handle, args Args, engine *opa.Engi
 			{Resource: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, Kind: corev1.SchemeGroupVersion.WithKind("Node"), Informer: factory.Core().V1().Nodes().Informer()},
 			{Resource: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, Kind: corev1.SchemeGroupVersion.WithKind("Namespace"), Informer: factory.Core().V1().Namespaces().Informer()},
 		},
+		Events: eventsFor(h),
 		Logger: log.With("component", "cluster"),
 	})
 	if err != nil {
