@@ -169,11 +169,17 @@ func (ph *placeholders) cut(s string) *text {
 // fill writes the text with the values bound in b or b2 (JSON-escaped
 // with inJSON); a placeholder neither binds stays as it was.
 func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
+	var sb strings.Builder
+	ph.fillTo(&sb, t, b, b2, inJSON)
+	return sb.String()
+}
+
+// fillTo is fill writing into sb.
+func (ph *placeholders) fillTo(sb *strings.Builder, t *text, b, b2 bindings, inJSON bool) {
 	n := 0
 	for _, l := range t.lits {
 		n += len(l)
 	}
-	var sb strings.Builder
 	sb.Grow(n + 32*len(t.holes))
 	for k, l := range t.lits {
 		sb.WriteString(l)
@@ -196,7 +202,6 @@ func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
 			sb.WriteString(x.value)
 		}
 	}
-	return sb.String()
 }
 
 // substitute puts real values into results evaluated with placeholders.

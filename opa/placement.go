@@ -286,9 +286,49 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 // "[<constraint name>] <msg>", with "; ": the reason both front ends
 // (the extender's filter, the plugin's Filter) give for a denied node.
 func (p *Placement) DenyMessage(i int) string {
+	if p.Nodes[i].Unknown {
+		return ""
+	}
+	// EachViolationOf's walk, writing the messages straight into one
+	// builder (a denied node's message is written on every Filter call).
 	var b strings.Builder
-	p.EachViolationOf(i, Deny, func(x *Violation) { writeDeny(&b, x) })
+	common, cols := p.Common, p.columns
+	for len(common) > 0 || len(cols) > 0 {
+		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
+			if common[0].Action == Deny {
+				writeDeny(&b, &common[0])
+			}
+			common = common[1:]
+			continue
+		}
+		if c := &cols[0]; c.action == Deny && c.cells[i].result > 0 {
+			c.writeDenies(&b, i)
+		}
+		cols = cols[1:]
+	}
 	return b.String()
+}
+
+// writeDenies writes node i's violations of the column as DenyMessage
+// does; one result with a message to fill is written without building
+// the violation (its details are not needed).
+func (c *column) writeDenies(b *strings.Builder, i int) {
+	res := c.res(i)
+	if len(res) == 1 && res[0].msgText != nil {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteByte('[')
+		b.WriteString(c.constraint.Name)
+		b.WriteString("] ")
+		var node bindings
+		if pr := c.cells[i].printed; pr != nil {
+			node = pr.bindings
+		}
+		c.ph.fillTo(b, res[0].msgText, c.pod, node, false)
+		return
+	}
+	c.violations(i, func(x *Violation) { writeDeny(b, x) })
 }
 
 // writeDeny adds "[<constraint name>] <msg>" to b, after "; " when b is

@@ -3,6 +3,7 @@ package opa_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -58,6 +59,9 @@ func TestPodQueryAgreesWithEvaluate(t *testing.T) {
 			}
 			for j := range block {
 				i := start + j
+				if msg := denyMessageOf(want.Violations(i)); got.DenyMessage(j) != msg || want.DenyMessage(i) != msg {
+					t.Errorf("%s, node %s: DenyMessage %q (Evaluate: %q), the deny violations say %q", tc.Name, block[j].Name, got.DenyMessage(j), want.DenyMessage(i), msg)
+				}
 				if !reflect.DeepEqual(got.Violations(j), want.Violations(i)) || got.Denied(j) != want.Denied(i) ||
 					got.Score(j) != want.Score(i) || got.Nodes[j].Unknown != want.Nodes[i].Unknown {
 					t.Errorf("%s, node %s: PodQuery gives %v (denied %v, score %d), Evaluate %v (denied %v, score %d)", tc.Name, block[j].Name,
@@ -107,4 +111,15 @@ func TestPodQueryAgreesWithEvaluate(t *testing.T) {
 		}
 		signatures[sig] = tc.Name
 	}
+}
+
+// denyMessageOf joins the deny violations as "[name] msg; ...".
+func denyMessageOf(vs []opa.Violation) string {
+	var parts []string
+	for _, v := range vs {
+		if v.Action == opa.Deny {
+			parts = append(parts, "["+v.Constraint.Name+"] "+v.Message)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
