@@ -11,7 +11,10 @@
 //
 // It does not know HTTP, the scheduler's wire types or where objects come
 // from: sources (a folder, a cluster) push objects in through Apply, and
-// handlers ask through Evaluate and Review. Data flows one way.
+// front ends ask through Evaluate (the extender: all candidates at once),
+// Prepare and PodQuery (the plugin build: the pod once per scheduling
+// cycle, nodes a block at a time, a signature of what decides the
+// verdicts) and Review. Data flows one way.
 //
 // Speed comes from decisions made when a template is compiled and a
 // constraint bound: inputs are converted to ast.Value once per request;
