@@ -41,9 +41,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}()
 	ready, err := startSources(ctx, h, args, engine, log)
 	if err != nil {
+		engine.Close(context.Background())
 		return nil, err
 	}
-	pl := &Plugin{profile: profile, engine: engine, ready: ready, metrics: newProfileMetrics(profile, engine)}
+	metrics, err := newProfileMetrics(profile, engine)
+	if err != nil {
+		engine.Close(context.Background())
+		return nil, fmt.Errorf("%s: register the metrics of profile %s: %w", Name, profile, err)
+	}
+	pl := &Plugin{profile: profile, engine: engine, ready: ready, metrics: metrics}
 	pl.requeue = newRequeuer(h, engine, ready, pl.metrics)
 	_, _ = h.SharedInformerFactory().Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { pl.namespaceEvent(obj) },

@@ -48,16 +48,20 @@ var (
 // profileMetrics are the plugin's series of one profile.
 type profileMetrics struct{ profile string }
 
-func newProfileMetrics(profile string, engine enginemetrics.Engine) *profileMetrics {
+func newProfileMetrics(profile string, engine enginemetrics.Engine) (*profileMetrics, error) {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(decisionsTotal, podsRejectedTotal, requeuesTotal)
 	})
 	if engine != nil {
-		// The engine's series are client_golang collectors; the raw
-		// registration is kube-scheduler's way to serve such.
-		legacyregistry.RawMustRegister(enginemetrics.New(engine, prometheus.Labels{"profile": profile}))
+		// The engine's series are client_golang collectors, registered
+		// raw (the legacy registry serves them as they are); an error
+		// rather than RawMustRegister's panic if a profile's name were
+		// registered twice.
+		if err := legacyregistry.Registerer().Register(enginemetrics.New(engine, prometheus.Labels{"profile": profile})); err != nil {
+			return nil, err
+		}
 	}
-	return &profileMetrics{profile: profile}
+	return &profileMetrics{profile: profile}, nil
 }
 
 func (m *profileMetrics) decisions(p *opa.Placement) {

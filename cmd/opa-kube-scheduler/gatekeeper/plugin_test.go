@@ -22,6 +22,15 @@ import (
 // tablePath is the enforcement table the extender's tests run too.
 const tablePath = "../../../server/testdata/enforcement.yaml"
 
+// testMetrics are the plugin's series without an engine collector.
+func testMetrics() *profileMetrics {
+	m, err := newProfileMetrics("test", nil)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
 // tableEngine is the enforcement table and an engine with its objects,
 // closed when the test ends.
 func tableEngine(t *testing.T) (*opatest.EnforcementTable, *opa.Engine) {
@@ -65,7 +74,7 @@ func (f *fakeActivator) activated() []string {
 // testPlugin is a plugin over engine, always ready.
 func testPlugin(engine policy) *Plugin {
 	ready := func() (bool, string) { return true, "" }
-	pl := &Plugin{profile: "test", engine: engine, ready: ready, metrics: newProfileMetrics("test", nil)}
+	pl := &Plugin{profile: "test", engine: engine, ready: ready, metrics: testMetrics()}
 	pl.requeue = newRequeuer(&fakeActivator{}, engine, ready, pl.metrics)
 	return pl
 }
@@ -206,7 +215,7 @@ func TestNotReady(t *testing.T) {
 		return ready, "cluster sync: constrainttemplates"
 	}
 	act := &fakeActivator{}
-	pl := &Plugin{profile: "test", engine: engine, ready: check, metrics: newProfileMetrics("test", nil)}
+	pl := &Plugin{profile: "test", engine: engine, ready: check, metrics: testMetrics()}
 	pl.requeue = newRequeuer(act, engine, check, pl.metrics)
 	pl.requeue.interval = 5 * time.Millisecond
 	go pl.requeue.run(ctx)
