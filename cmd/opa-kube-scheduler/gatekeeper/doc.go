@@ -31,7 +31,9 @@
 //     the scheduler cannot see, Handle.Activate of the pods it rejected when
 //     the policy set changes, when the engine first becomes ready, and when
 //     the Namespace of a rejected pod changes (requeue.go).
-//   - Its metrics on kube-scheduler's /metrics (metrics.go).
+//   - Its metrics on kube-scheduler's /metrics (metrics.go), and the
+//     cluster source's refusal events through kube-scheduler's recorder
+//     (events.go).
 //
 // # What it does not own
 //
