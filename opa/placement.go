@@ -314,13 +314,16 @@ func (p *Placement) DenyMessage(i int) string {
 // the violation (its details are not needed).
 func (c *column) writeDenies(b *strings.Builder, i int) {
 	res := c.res(i)
-	if len(res) == 1 && res[0].msgText != nil {
-		if b.Len() > 0 {
-			b.WriteString("; ")
+	if !anyHoles(res) {
+		// Messages as evaluated: nothing to fill, nothing to merge.
+		for k := range res {
+			c.writePrefix(b)
+			b.WriteString(res[k].msg)
 		}
-		b.WriteByte('[')
-		b.WriteString(c.constraint.Name)
-		b.WriteString("] ")
+		return
+	}
+	if len(res) == 1 && res[0].msgText != nil {
+		c.writePrefix(b)
 		var node bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
@@ -329,6 +332,16 @@ func (c *column) writeDenies(b *strings.Builder, i int) {
 		return
 	}
 	c.violations(i, func(x *Violation) { writeDeny(b, x) })
+}
+
+// writePrefix starts one violation's part of a deny message.
+func (c *column) writePrefix(b *strings.Builder) {
+	if b.Len() > 0 {
+		b.WriteString("; ")
+	}
+	b.WriteByte('[')
+	b.WriteString(c.constraint.Name)
+	b.WriteString("] ")
 }
 
 // writeDeny adds "[<constraint name>] <msg>" to b, after "; " when b is
