@@ -317,13 +317,13 @@ func (c *column) writeDenies(b *strings.Builder, i int) {
 	if !anyHoles(res) {
 		// Messages as evaluated: nothing to fill, nothing to merge.
 		for k := range res {
-			c.writePrefix(b)
+			writeDenyPrefix(b, c.constraint.Name)
 			b.WriteString(res[k].msg)
 		}
 		return
 	}
 	if len(res) == 1 && res[0].msgText != nil {
-		c.writePrefix(b)
+		writeDenyPrefix(b, c.constraint.Name)
 		var node bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
@@ -334,26 +334,22 @@ func (c *column) writeDenies(b *strings.Builder, i int) {
 	c.violations(i, func(x *Violation) { writeDeny(b, x) })
 }
 
-// writePrefix starts one violation's part of a deny message.
-func (c *column) writePrefix(b *strings.Builder) {
-	if b.Len() > 0 {
-		b.WriteString("; ")
-	}
-	b.WriteByte('[')
-	b.WriteString(c.constraint.Name)
-	b.WriteString("] ")
-}
-
 // writeDeny adds "[<constraint name>] <msg>" to b, after "; " when b is
 // not empty.
 func writeDeny(b *strings.Builder, x *Violation) {
+	writeDenyPrefix(b, x.Constraint.Name)
+	b.WriteString(x.Message)
+}
+
+// writeDenyPrefix starts one violation's part of a deny message: "; "
+// after an earlier one, then "[<constraint name>] ".
+func writeDenyPrefix(b *strings.Builder, constraint string) {
 	if b.Len() > 0 {
 		b.WriteString("; ")
 	}
 	b.WriteByte('[')
-	b.WriteString(x.Constraint.Name)
+	b.WriteString(constraint)
 	b.WriteString("] ")
-	b.WriteString(x.Message)
 }
 
 // PodDenied reports whether a deny constraint that cannot see the node is

@@ -25,17 +25,9 @@ const ExtenderPackage = "./cmd/opa-scheduler-extender"
 // build cache that is a few seconds.
 func BuildExtender(t testing.TB, dir string) (string, error) {
 	t.Helper()
-	goBin, err := findGo()
+	goBin, root, err := mainModule()
 	if err != nil {
 		return "", err
-	}
-	e2e, err := moduleRoot(goBin)
-	if err != nil {
-		return "", err
-	}
-	root := filepath.Clean(filepath.Join(e2e, "..", ".."))
-	if b, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil || !bytes.Contains(b, []byte("module "+MainModulePath+"\n")) {
-		return "", fmt.Errorf("cluster: %s is not the main module %s (go.mod: %v)", root, MainModulePath, err)
 	}
 	bin := filepath.Join(dir, "opa-scheduler-extender")
 	start := time.Now()
@@ -48,6 +40,23 @@ func BuildExtender(t testing.TB, dir string) (string, error) {
 	}
 	t.Logf("cluster: built %s in %s", bin, time.Since(start).Round(time.Millisecond))
 	return bin, nil
+}
+
+// mainModule finds the go command and the main module's folder (two
+// levels above bench/e2e), checking its go.mod.
+func mainModule() (goBin, root string, err error) {
+	if goBin, err = findGo(); err != nil {
+		return "", "", err
+	}
+	e2e, err := moduleRoot(goBin)
+	if err != nil {
+		return "", "", err
+	}
+	root = filepath.Clean(filepath.Join(e2e, "..", ".."))
+	if b, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil || !bytes.Contains(b, []byte("module "+MainModulePath+"\n")) {
+		return "", "", fmt.Errorf("cluster: %s is not the main module %s (go.mod: %v)", root, MainModulePath, err)
+	}
+	return goBin, root, nil
 }
 
 // PluginSchedulerModule is the folder, under the main module, of the
@@ -67,15 +76,11 @@ func BuildPluginScheduler(t testing.TB, dir string) (string, error) {
 	if err, ok := pluginBuilt[bin]; ok {
 		return bin, err
 	}
-	goBin, err := findGo()
+	goBin, root, err := mainModule()
 	if err != nil {
 		return "", err
 	}
-	e2e, err := moduleRoot(goBin)
-	if err != nil {
-		return "", err
-	}
-	src := filepath.Clean(filepath.Join(e2e, "..", "..", PluginSchedulerModule))
+	src := filepath.Join(root, PluginSchedulerModule)
 	start := time.Now()
 	cmd := exec.Command(goBin, "build", "-o", bin, ".")
 	cmd.Dir = src

@@ -90,8 +90,18 @@ func TestExplainCommand(t *testing.T) {
 		t.Errorf("--input beta-1: %+v", r)
 	}
 
-	// --policy-dir: the folder's policies, not the cluster's (a plugin
-	// profile with policyDir), on the cluster's nodes.
+	explainWithPolicyDir(t, run)
+
+	if _, code := run("--pod", "alpha/missing"); code != 1 {
+		t.Errorf("a missing pod: exit %d, want 1", code)
+	}
+}
+
+// explainWithPolicyDir: --policy-dir judges with the folder's policies,
+// not the cluster's (a plugin profile with policyDir), on the cluster's
+// nodes.
+func explainWithPolicyDir(t *testing.T, run func(args ...string) (string, int)) {
+	t.Helper()
 	dir := t.TempDir()
 	spot, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "examples", "spot-toleration", "template.yaml"))
 	if err != nil {
@@ -109,7 +119,7 @@ spec:
 	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(folderPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	table, code = run("--pod", "alpha/web-1", "--policy-dir", dir)
+	table, code := run("--pod", "alpha/web-1", "--policy-dir", dir)
 	if code != 0 {
 		t.Fatalf("explain --policy-dir exited %d", code)
 	}
@@ -117,7 +127,4 @@ spec:
 		t.Errorf("with --policy-dir the cluster's tenant-nodes constraint still applies, or beta-1 is not allowed:\n%s", table)
 	}
 
-	if _, code := run("--pod", "alpha/missing"); code != 1 {
-		t.Errorf("a missing pod: exit %d, want 1", code)
-	}
 }

@@ -147,14 +147,6 @@ func TestSchedulerThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type setup struct {
-		name      string
-		extenders []configv1.Extender
-		pods      int
-		// plugin runs the plugin build with the OPAGatekeeper plugin
-		// enabled in the default profile, no extender.
-		plugin bool
-	}
 	ext := func(url string, nodeCache bool) []configv1.Extender {
 		return []configv1.Extender{{URLPrefix: url, FilterVerb: "filter", PrioritizeVerb: "prioritize", Weight: 1, NodeCacheCapable: nodeCache, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}}}
 	}
@@ -170,6 +162,7 @@ func TestSchedulerThroughput(t *testing.T) {
 		{"opa-scheduler-extender (names)", ext(svcURL, true), *numPods, false},
 		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods, false},
 	}
+	env := &runEnv{c: c, set: set, engine: engine, svcURL: svcURL, pluginBin: pluginBin, nsLabels: nsLabels, mkPod: mkPod}
 	var results []result
 	run := 0
 	for _, qps := range []struct {
@@ -181,78 +174,18 @@ func TestSchedulerThroughput(t *testing.T) {
 				continue
 			}
 			run++
-			ns := fmt.Sprintf("run-%d", run)
-			if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < s.pods; i++ {
-				p := mkPod(ns, i)
-				if _, err := c.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			list, err := c.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := cluster.SchedulerOptions{Extenders: s.extenders}
-			if s.plugin {
-				// The admin identity reads Gatekeeper's objects, as
-				// deploy/plugin's ClusterRole lets the scheduler do.
-				opts.Binary, opts.ProfilesYAML, opts.AsAdmin = pluginBin, pluginProfile, true
-			}
-			if qps.qps > 0 {
-				opts.QPS, opts.Burst = float32(qps.qps), int32(qps.burst)
-			}
-			before := engine.Stats()
-			runStart := time.Now()
-			sched := c.StartScheduler(t, opts)
-			profiled := profileScheduler(t, sched, s.name, qps.name)
-			first, last, bound := waitBound(t, c, ns, list.ResourceVersion, s.pods, 10*time.Minute)
-			<-profiled
-			var pluginEvals float64
-			if s.plugin {
-				pluginEvals = scrapeEvaluations(t, sched)
-			}
-			logSchedulerCosts(t, sched, s.name)
-			sched.Stop()
-			n := len(bound)
-			after := engine.Stats()
-			r := result{PolicySet: set, Setup: s.name, QPS: qps.name, Pods: n, Seconds: last.Sub(first).Seconds()}
-			if n > 1 && r.Seconds > 0 {
-				r.PodsPerSec = float64(n-1) / r.Seconds
-			}
-			evals := ""
-			if len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL {
-				r.Engine = delta(before, after)
-				evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
-			}
-			if s.plugin {
-				r.Engine = &engineDelta{Evaluations: uint64(pluginEvals)}
-				evals = fmt.Sprintf("; the plugin's engine: %d evaluations (its whole life: sync and this run)", r.Engine.Evaluations)
-			}
-			enforces := s.plugin || (len(s.extenders) > 0 && s.extenders[0].URLPrefix == svcURL)
-			if set == policyset.Realistic {
-				// Where the pods went: with the service, none may be where
-				// a deny placement constraint forbids it.
-				pl, off := placementSummary(bound)
-				t.Logf("[%s] %s, qps %s: pods per pool %v; %d pods where a deny placement constraint forbids them", set, s.name, qps.name, pl, off)
-				if enforces && off > 0 {
-					t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qps.name, off)
-				}
-			}
-			if !strings.HasPrefix(s.name, "warm-up") {
+			if r, ok := env.runSetup(t, s, qps.name, qps.qps, qps.burst, fmt.Sprintf("run-%d", run)); ok {
 				results = append(results, r)
 			}
-			t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qps.name, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
-			if n != s.pods {
-				t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qps.name, n, s.pods)
-			}
-			go func() {
-				_ = c.Client().CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
-			}()
 		}
 	}
+	report(t, set, nodeKind, len(ps), policyset.CountConstraints(ps), results, engine.Stats(), testStart)
+}
+
+// report logs the ratios between setups and the engine's totals, and
+// writes the results to -out.
+func report(t *testing.T, set, nodeKind string, templates, constraints int, results []result, st opa.Stats, testStart time.Time) {
+	t.Helper()
 	byKey := map[string]float64{}
 	for _, r := range results {
 		byKey[r.Setup+"|"+r.QPS] = r.PodsPerSec
@@ -264,15 +197,14 @@ func TestSchedulerThroughput(t *testing.T) {
 			t.Logf("[%s] qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f, plugin/none = %.2f", set, q, svc/noop, svc/none, noop/none, plugin/none)
 		}
 	}
-	st := engine.Stats()
 	t.Logf("[%s] engine: %d evaluations, %d memo hits, %d misses, %d evaluation errors; test wall time %v", set, st.Evaluations, st.MemoHits, st.MemoMisses, st.EvalErrors, time.Since(testStart).Round(time.Second))
 	if *outFile != "" {
 		b, _ := json.MarshalIndent(map[string]any{
 			"policySet":   set,
 			"nodes":       *numNodes,
 			"nodeKind":    nodeKind,
-			"templates":   len(ps),
-			"constraints": policyset.CountConstraints(ps),
+			"templates":   templates,
+			"constraints": constraints,
 			"results":     results,
 			"engine":      map[string]uint64{"evaluations": st.Evaluations, "memoHits": st.MemoHits, "memoMisses": st.MemoMisses, "evalErrors": st.EvalErrors},
 		}, "", "  ")
@@ -280,6 +212,110 @@ func TestSchedulerThroughput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+type setup struct {
+	name      string
+	extenders []configv1.Extender
+	pods      int
+	// plugin runs the plugin build with the OPAGatekeeper plugin
+	// enabled in the default profile, no extender.
+	plugin bool
+}
+
+// runEnv is what every setup's run shares.
+type runEnv struct {
+	c         *cluster.Cluster
+	set       string
+	engine    *opa.Engine
+	svcURL    string
+	pluginBin string
+	nsLabels  map[string]string
+	mkPod     func(ns string, i int) *corev1.Pod
+}
+
+// createPending creates namespace ns with n pending pods and returns the
+// pods' list resource version, where waitBound starts.
+func (env *runEnv) createPending(t *testing.T, ns string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	client := env.c.Client().CoreV1()
+	if _, err := client.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: env.nsLabels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := client.Pods(ns).Create(ctx, env.mkPod(ns, i), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := client.Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.ResourceVersion
+}
+
+// runSetup schedules s.pods pending pods in namespace ns with one
+// scheduler of the setup and measures it; ok is false for the warm-up,
+// which is not reported.
+func (env *runEnv) runSetup(t *testing.T, s setup, qpsName string, qps, burst int, ns string) (r result, ok bool) {
+	t.Helper()
+	c, set := env.c, env.set
+	rv := env.createPending(t, ns, s.pods)
+	opts := cluster.SchedulerOptions{Extenders: s.extenders}
+	if s.plugin {
+		// The admin identity reads Gatekeeper's objects, as
+		// deploy/plugin's ClusterRole lets the scheduler do.
+		opts.Binary, opts.ProfilesYAML, opts.AsAdmin = env.pluginBin, pluginProfile, true
+	}
+	if qps > 0 {
+		opts.QPS, opts.Burst = float32(qps), int32(burst)
+	}
+	before := env.engine.Stats()
+	runStart := time.Now()
+	sched := c.StartScheduler(t, opts)
+	profiled := profileScheduler(t, sched, s.name, qpsName)
+	first, last, bound := waitBound(t, c, ns, rv, s.pods, 10*time.Minute)
+	<-profiled
+	var pluginEvals float64
+	if s.plugin {
+		pluginEvals = scrapeEvaluations(t, sched)
+	}
+	logSchedulerCosts(t, sched, s.name)
+	sched.Stop()
+	n := len(bound)
+	after := env.engine.Stats()
+	r = result{PolicySet: set, Setup: s.name, QPS: qpsName, Pods: n, Seconds: last.Sub(first).Seconds()}
+	if n > 1 && r.Seconds > 0 {
+		r.PodsPerSec = float64(n-1) / r.Seconds
+	}
+	service := len(s.extenders) > 0 && s.extenders[0].URLPrefix == env.svcURL
+	evals := ""
+	if service {
+		r.Engine = delta(before, after)
+		evals = fmt.Sprintf("; engine %d evaluations, %d memo hits, %d misses, %d errors", r.Engine.Evaluations, r.Engine.MemoHits, r.Engine.MemoMisses, r.Engine.EvalErrors)
+	}
+	if s.plugin {
+		r.Engine = &engineDelta{Evaluations: uint64(pluginEvals)}
+		evals = fmt.Sprintf("; the plugin's engine: %d evaluations (its whole life: sync and this run)", r.Engine.Evaluations)
+	}
+	if set == policyset.Realistic {
+		// Where the pods went: with the service or the plugin, none may
+		// be where a deny placement constraint forbids it.
+		pl, off := placementSummary(bound)
+		t.Logf("[%s] %s, qps %s: pods per pool %v; %d pods where a deny placement constraint forbids them", set, s.name, qpsName, pl, off)
+		if (service || s.plugin) && off > 0 {
+			t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qpsName, off)
+		}
+	}
+	t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qpsName, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
+	if n != s.pods {
+		t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qpsName, n, s.pods)
+	}
+	go func() {
+		_ = c.Client().CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+	}()
+	return r, !strings.HasPrefix(s.name, "warm-up")
 }
 
 // pluginProfile enables the OPAGatekeeper plugin at every extension point
