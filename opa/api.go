@@ -108,8 +108,11 @@ type ConstraintTrace struct {
 	Evaluated string `json:"evaluated"`
 	// Why names what makes it costlier than once per (pod class, node
 	// class): the path, the construct and its line.
-	Why      []string      `json:"why,omitempty"`
-	Duration time.Duration `json:"durationNanos"`
+	Why []string `json:"why,omitempty"`
+	// NotEvaluated says why the constraint was not evaluated for this pod
+	// at all (a test its violation rules begin with is false).
+	NotEvaluated string        `json:"notEvaluated,omitempty"`
+	Duration     time.Duration `json:"durationNanos"`
 }
 
 // ReviewRequest is a general admission-style review, as gator verify and
@@ -168,6 +171,10 @@ type TemplateStatus struct {
 	// Evaluated and Why are as in ConstraintTrace.
 	Evaluated string   `json:"evaluated,omitempty"`
 	Why       []string `json:"why,omitempty"`
+	// Guards are the tests each violation rule begins with, one entry per
+	// rule ("a && b"): a pod failing one test of every rule is not
+	// evaluated at all. Empty when some rule begins with none.
+	Guards []string `json:"guards,omitempty"`
 }
 
 // ConstraintStatus is one Constraint as the engine holds it.

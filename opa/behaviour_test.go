@@ -472,3 +472,64 @@ func TestReviewInput(t *testing.T) {
 		t.Error("no pod: no error")
 	}
 }
+
+const guardedRego = `package guarded
+violation[{"msg": msg}] {
+  input.review.object.metadata.namespace == "restricted"
+  node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+  not node.metadata.labels.restricted
+  msg := sprintf("pod %v needs a restricted node, %v is not", [input.review.object.metadata.name, node.metadata.name])
+}
+violation[{"msg": "no host network here"}] {
+  "restricted-hostnet" = input.review.object.metadata.namespace
+  input.review.object.spec.hostNetwork
+}`
+
+// A template whose violation rules all begin with a test of the review is
+// not evaluated for pods that fail them, and answers as an engine that
+// evaluates everything does, for pods that fail and pods that pass them.
+func TestGuardedTemplateNotEvaluated(t *testing.T) {
+	objs := []*unstructured.Unstructured{
+		regoTemplate(t, "K8sGuarded", guardedRego), constraintObj(t, "K8sGuarded", "guarded", nil),
+		node("plain", nil), node("safe", map[string]string{"restricted": "true"}),
+	}
+	fast := newEngine(t, opa.Options{})
+	apply(t, fast, objs...)
+	plain := newEngine(t, opa.Options{DisableMemo: true})
+	apply(t, plain, objs...)
+	cands := []opa.Candidate{{Name: "plain"}, {Name: "safe"}}
+	hostNet := func(p map[string]any) { spec(p)["hostNetwork"] = true }
+	cases := []struct {
+		pod       map[string]any
+		evaluated bool
+		denied    []bool
+	}{
+		{pod("default", "a"), false, []bool{false, false}},
+		{pod("default", "b", hostNet), false, []bool{false, false}},
+		{pod("restricted", "c"), true, []bool{true, false}},
+		{pod("restricted-hostnet", "d"), true, []bool{false, false}},
+		{pod("restricted-hostnet", "e", hostNet), true, []bool{true, true}},
+	}
+	for _, tc := range cases {
+		name := tc.pod["metadata"].(map[string]any)["name"]
+		before := fast.Stats().Evaluations
+		p, err := fast.Evaluate(context.Background(), opa.PlacementRequest{Pod: tc.pod, Candidates: cands, Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if evaluated := fast.Stats().Evaluations > before; evaluated != tc.evaluated {
+			t.Errorf("pod %s: evaluated %v, want %v", name, evaluated, tc.evaluated)
+		}
+		if tr := p.Nodes[0].Explain; len(tr) != 1 || (tr[0].NotEvaluated != "") == tc.evaluated {
+			t.Errorf("pod %s: explain %+v", name, tr)
+		}
+		for i := range cands {
+			if got := p.Denied(i); got != tc.denied[i] {
+				t.Errorf("pod %s on %s: denied %v, want %v", name, cands[i].Name, got, tc.denied[i])
+			}
+		}
+		if a, b := verdicts(t, fast, tc.pod, cands), verdicts(t, plain, tc.pod, cands); !reflect.DeepEqual(a, b) {
+			t.Errorf("pod %s: %v, an engine evaluating everything says %v", name, a, b)
+		}
+	}
+}

@@ -126,6 +126,10 @@ type compiledTemplate struct {
 	// overrideQuery evaluates with data.inventory.cluster.v1.Node replaced
 	// by input.nodes, for requests that carry full Node objects.
 	overrideQuery rego.PreparedEvalQuery
+	// guards are the conditions each violation rule begins with (nil:
+	// some rule has none): a pod failing one of every rule's is not
+	// evaluated (see request.guardFails).
+	guards [][]analysis.Guard
 }
 
 type boundConstraint struct {
@@ -578,7 +582,8 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 	for id := range t.modules {
 		rules = append(rules, c.Modules[id].Rules...)
 	}
-	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, templateRoot(t.kind), nil)}
+	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, templateRoot(t.kind), nil),
+		guards: analysis.Guards(rules, templateRoot(t.kind))}
 	var err error
 	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.queryRef())))
 	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {

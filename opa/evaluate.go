@@ -1,6 +1,8 @@
 package opa
 
 import (
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+
 	"context"
 	"errors"
 	"fmt"
@@ -172,6 +174,10 @@ func (r *request) judgePod(p *Placement) ([]int, error) {
 		if bc.c.action == Warn {
 			p.MatchedWarnConstraints++
 		}
+		if g, failed := r.guardFails(bc); failed {
+			r.recordGuarded(p, bc, g)
+			continue
+		}
 		if bc.analysis.PerPod() {
 			if err := r.evalConstraint(bc, order, p); err != nil {
 				return nil, err
@@ -181,6 +187,49 @@ func (r *request) judgePod(p *Placement) ([]int, error) {
 		nodeReading = append(nodeReading, order)
 	}
 	return nodeReading, nil
+}
+
+// guardFails reports whether the pod fails a guard of every violation
+// rule of bc's template (the first rule's failing guard is returned):
+// its violation set is empty, on every node, without evaluation. Only on
+// the memoised path: an engine without the memo is the reference the
+// fast paths are tested against.
+func (r *request) guardFails(bc *boundConstraint) (analysis.Guard, bool) {
+	if bc.tmpl.guards == nil || r.e.opts.DisableMemo {
+		return analysis.Guard{}, false
+	}
+	var first analysis.Guard
+	for k, rule := range bc.tmpl.guards {
+		failed := false
+		for _, g := range rule {
+			if !g.Holds(lookupInput(r.podReview, g.Path).Value) {
+				if k == 0 {
+					first = g
+				}
+				failed = true
+				break
+			}
+		}
+		if !failed {
+			return analysis.Guard{}, false
+		}
+	}
+	return first, true
+}
+
+// recordGuarded records, for explain, a constraint whose guards the pod
+// fails: no violation on any node.
+func (r *request) recordGuarded(p *Placement, bc *boundConstraint, g analysis.Guard) {
+	if !r.explain {
+		return
+	}
+	t := r.trace(bc, nil, false, true, 0)
+	t.NotEvaluated = "`" + g.String() + "` is false for this pod, and every violation rule begins with such a test"
+	for i := range p.Nodes {
+		if !p.Nodes[i].Unknown {
+			p.Nodes[i].Explain = append(p.Nodes[i].Explain, t)
+		}
+	}
 }
 
 // judgeNodes evaluates the matched node-reading constraints on the

@@ -3,6 +3,8 @@ package opa_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,27 +24,7 @@ func TestEvaluationClasses(t *testing.T) {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
 	e := newEngine(t, opa.Options{})
-	var objs []*unstructured.Unstructured
-	tmpls, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "template.yaml"))
-	for _, tf := range tmpls {
-		objs = append(objs, load(t, tf)...)
-		samples, _ := filepath.Glob(filepath.Join(filepath.Dir(tf), "samples", "*", "constraint.yaml"))
-		for _, s := range samples {
-			objs = append(objs, load(t, s)...)
-		}
-	}
-	objs = append(objs, load(t, filepath.Join("..", "deploy", "examples"))...)
-	// Samples of different templates may share a constraint name.
-	seen := map[string]bool{}
-	var unique []*unstructured.Unstructured
-	for _, o := range objs {
-		k := o.GetKind() + "/" + o.GetName()
-		if !seen[k] {
-			seen[k] = true
-			unique = append(unique, o)
-		}
-	}
-	apply(t, e, unique...)
+	apply(t, e, libraryObjects(t)...)
 
 	// Every library and example template, by kind: its class with the
 	// sample constraints' parameters (the worst over its constraints).
@@ -56,7 +38,9 @@ func TestEvaluationClasses(t *testing.T) {
 		"K8sPrivilegedNodePool":  "per (pod class, node class)",
 		"K8sNodeLabelPreference": "per (pod class, node class)",
 		// The object's name decides: compared with other objects' names
-		// or with a constant. None of them matches Pods.
+		// or with a constant. Each begins with a test of the kind or the
+		// name that Pods fail, so pods never evaluate them
+		// (TestLibraryGuards).
 		"K8sBlockEndpointEditDefaultRole": "per pod",
 		"K8sUniqueIngressHost":            "per pod",
 		"K8sUniqueServiceSelector":        "per pod",
@@ -96,4 +80,106 @@ func TestEvaluationClasses(t *testing.T) {
 		t.Errorf("%d templates with constraints, want the library's 49 and the 4 examples", len(kinds))
 	}
 	t.Logf("classes: %v", counts)
+}
+
+// libraryObjects are every template of Gatekeeper's library with every
+// sample constraint, and deploy/examples (constraints named twice kept
+// once).
+func libraryObjects(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	tmpls, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "template.yaml"))
+	for _, tf := range tmpls {
+		objs = append(objs, load(t, tf)...)
+		samples, _ := filepath.Glob(filepath.Join(filepath.Dir(tf), "samples", "*", "constraint.yaml"))
+		for _, s := range samples {
+			objs = append(objs, load(t, s)...)
+		}
+	}
+	objs = append(objs, load(t, filepath.Join("..", "deploy", "examples"))...)
+	// Samples of different templates may share a constraint name.
+	seen := map[string]bool{}
+	var unique []*unstructured.Unstructured
+	for _, o := range objs {
+		k := o.GetKind() + "/" + o.GetName()
+		if !seen[k] {
+			seen[k] = true
+			unique = append(unique, o)
+		}
+	}
+	return unique
+}
+
+// TestLibraryGuards lists the library templates whose violation rules all
+// begin with a test of the review (the kind, the object's name), and
+// checks that pods failing them are answered without evaluating them, and
+// with the verdicts of an engine that evaluates everything.
+func TestLibraryGuards(t *testing.T) {
+	if _, err := os.Stat(libraryDir); err != nil {
+		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
+	}
+	objs := libraryObjects(t)
+	e := newEngine(t, opa.Options{})
+	apply(t, e, objs...)
+	ref := newEngine(t, opa.Options{DisableMemo: true})
+	apply(t, ref, objs...)
+
+	want := map[string][]string{
+		"K8sBlockEndpointEditDefaultRole": {`input.review.object.metadata.name == "system:aggregate-to-edit"`},
+		"K8sUniqueIngressHost":            {`input.review.kind.kind == "Ingress"`},
+		"K8sUniqueServiceSelector":        {`input.review.kind.kind == "Service" && input.review.kind.version == "v1" && input.review.kind.group == ""`},
+	}
+	got := map[string][]string{}
+	for _, ts := range e.Status().Templates {
+		if len(ts.Guards) > 0 {
+			got[ts.Kind] = ts.Guards
+			t.Logf("%-40s %s", ts.Kind, strings.Join(ts.Guards, " | "))
+		}
+	}
+	for k, w := range want {
+		if !slices.Equal(got[k], w) {
+			t.Errorf("%s: guards %q, want %q", k, got[k], w)
+		}
+	}
+
+	pods := []map[string]any{pod("default", "web-1"), pod("default", "system:aggregate-to-edit")}
+	apply(t, e, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
+	apply(t, ref, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
+	cands := []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
+	for _, pod := range pods {
+		p, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands, Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cands {
+			if g, w := p.Violations(i), pr.Violations(i); !reflect.DeepEqual(g, w) {
+				t.Errorf("pod %v on %s: violations %+v, without guards and memo %+v", pod["metadata"], cands[i].Name, g, w)
+			}
+		}
+		// Every matched guarded template is skipped for a Pod (they serve
+		// other kinds), but the role's is evaluated for a pod that bears
+		// the role's name.
+		name := pod["metadata"].(map[string]any)["name"]
+		skipped := 0
+		for _, tr := range p.Nodes[0].Explain {
+			k := tr.Constraint.Kind
+			if got[k] == nil {
+				continue
+			}
+			wantSkip := !(k == "K8sBlockEndpointEditDefaultRole" && name == "system:aggregate-to-edit")
+			if (tr.NotEvaluated != "") != wantSkip {
+				t.Errorf("pod %s: %s not evaluated %q, want skipped %v", name, tr.Constraint, tr.NotEvaluated, wantSkip)
+			}
+			if tr.NotEvaluated != "" {
+				skipped++
+			}
+		}
+		if skipped == 0 {
+			t.Errorf("pod %s: no guarded constraint matched and skipped", name)
+		}
+	}
 }

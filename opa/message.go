@@ -175,14 +175,16 @@ func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
 }
 
 // fillTo is fill writing into sb.
-func (ph *placeholders) fillTo(sb *strings.Builder, t *text, b, b2 bindings, inJSON bool) {
-	n := 0
-	for _, l := range t.lits {
-		n += len(l)
+func (ph *placeholders) fillTo(sb MessageWriter, t *text, b, b2 bindings, inJSON bool) {
+	if g, ok := sb.(interface{ Grow(int) }); ok {
+		n := 0
+		for _, l := range t.lits {
+			n += len(l)
+		}
+		g.Grow(n + 32*len(t.holes))
 	}
-	sb.Grow(n + 32*len(t.holes))
 	for k, l := range t.lits {
-		sb.WriteString(l)
+		_, _ = sb.WriteString(l)
 		if k == len(t.holes) {
 			break
 		}
@@ -195,11 +197,11 @@ func (ph *placeholders) fillTo(sb *strings.Builder, t *text, b, b2 bindings, inJ
 		}
 		switch {
 		case !ok:
-			sb.WriteString(ph.text(t.holes[k]))
+			_, _ = sb.WriteString(ph.text(t.holes[k]))
 		case inJSON:
-			sb.WriteString(x.json)
+			_, _ = sb.WriteString(x.json)
 		default:
-			sb.WriteString(x.value)
+			_, _ = sb.WriteString(x.value)
 		}
 	}
 }

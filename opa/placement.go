@@ -286,70 +286,90 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 // "[<constraint name>] <msg>", with "; ": the reason both front ends
 // (the extender's filter, the plugin's Filter) give for a denied node.
 func (p *Placement) DenyMessage(i int) string {
-	if p.Nodes[i].Unknown {
-		return ""
-	}
-	// EachViolationOf's walk, writing the messages straight into one
-	// builder (a denied node's message is written on every Filter call).
 	var b strings.Builder
+	p.WriteDenyMessage(&b, i)
+	return b.String()
+}
+
+// MessageWriter receives a message piece by piece; strings.Builder is
+// one. A front end that escapes what it writes (a JSON answer) passes its
+// own, so that no message is built as a string first.
+type MessageWriter interface {
+	WriteString(s string) (int, error)
+}
+
+// WriteDenyMessage writes DenyMessage(i) to w, in pieces: the walk of
+// EachViolationOf, with filled messages written straight from their
+// literal parts and printed values (a denied node's message is written on
+// every filter call).
+func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
+	if p.Nodes[i].Unknown {
+		return
+	}
+	d := denyWriter{w: w}
 	common, cols := p.Common, p.columns
 	for len(common) > 0 || len(cols) > 0 {
 		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
 			if common[0].Action == Deny {
-				writeDeny(&b, &common[0])
+				d.violation(&common[0])
 			}
 			common = common[1:]
 			continue
 		}
 		if c := &cols[0]; c.action == Deny && c.cells[i].result > 0 {
-			c.writeDenies(&b, i)
+			c.writeDenies(&d, i)
 		}
 		cols = cols[1:]
 	}
-	return b.String()
+}
+
+// denyWriter writes the parts of one deny message, "; " between them.
+type denyWriter struct {
+	w       MessageWriter
+	started bool
+}
+
+// prefix starts one violation's part: "; " after an earlier one, then
+// "[<constraint name>] ".
+func (d *denyWriter) prefix(constraint string) {
+	if d.started {
+		_, _ = d.w.WriteString("; ")
+	}
+	d.started = true
+	_, _ = d.w.WriteString("[")
+	_, _ = d.w.WriteString(constraint)
+	_, _ = d.w.WriteString("] ")
+}
+
+// violation writes "[<constraint name>] <msg>".
+func (d *denyWriter) violation(x *Violation) {
+	d.prefix(x.Constraint.Name)
+	_, _ = d.w.WriteString(x.Message)
 }
 
 // writeDenies writes node i's violations of the column as DenyMessage
 // does; one result with a message to fill is written without building
 // the violation (its details are not needed).
-func (c *column) writeDenies(b *strings.Builder, i int) {
+func (c *column) writeDenies(d *denyWriter, i int) {
 	res := c.res(i)
 	if !anyHoles(res) {
 		// Messages as evaluated: nothing to fill, nothing to merge.
 		for k := range res {
-			writeDenyPrefix(b, c.constraint.Name)
-			b.WriteString(res[k].msg)
+			d.prefix(c.constraint.Name)
+			_, _ = d.w.WriteString(res[k].msg)
 		}
 		return
 	}
 	if len(res) == 1 && res[0].msgText != nil {
-		writeDenyPrefix(b, c.constraint.Name)
+		d.prefix(c.constraint.Name)
 		var node bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
 		}
-		c.ph.fillTo(b, res[0].msgText, c.pod, node, false)
+		c.ph.fillTo(d.w, res[0].msgText, c.pod, node, false)
 		return
 	}
-	c.violations(i, func(x *Violation) { writeDeny(b, x) })
-}
-
-// writeDeny adds "[<constraint name>] <msg>" to b, after "; " when b is
-// not empty.
-func writeDeny(b *strings.Builder, x *Violation) {
-	writeDenyPrefix(b, x.Constraint.Name)
-	b.WriteString(x.Message)
-}
-
-// writeDenyPrefix starts one violation's part of a deny message: "; "
-// after an earlier one, then "[<constraint name>] ".
-func writeDenyPrefix(b *strings.Builder, constraint string) {
-	if b.Len() > 0 {
-		b.WriteString("; ")
-	}
-	b.WriteByte('[')
-	b.WriteString(constraint)
-	b.WriteString("] ")
+	c.violations(i, d.violation)
 }
 
 // PodDenied reports whether a deny constraint that cannot see the node is
@@ -360,10 +380,11 @@ func (p *Placement) PodDenied() (bool, string) {
 		return false, ""
 	}
 	var b strings.Builder
+	d := denyWriter{w: &b}
 	for i := range p.Common {
 		x := &p.Common[i]
 		if x.Action == Deny {
-			writeDeny(&b, x)
+			d.violation(x)
 		}
 	}
 	return true, b.String()

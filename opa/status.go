@@ -2,7 +2,10 @@ package opa
 
 import (
 	"sort"
+	"strings"
 	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 )
 
 // Status describes every template and constraint the engine was given:
@@ -29,6 +32,7 @@ func (e *Engine) Status() Status {
 				ts.Reads = ct.analysis.Describe()
 				ts.Evaluated = string(ct.analysis.Classify())
 				ts.Why = ct.analysis.Why
+				ts.Guards = describeGuards(ct.guards)
 			}
 		}
 		s.Templates = append(s.Templates, ts)
@@ -126,4 +130,17 @@ func health(err string, active bool) string {
 		return HealthActive
 	}
 	return HealthInactive
+}
+
+// describeGuards renders each violation rule's guards joined with " && ".
+func describeGuards(gs [][]analysis.Guard) []string {
+	var out []string
+	for _, rule := range gs {
+		parts := make([]string, len(rule))
+		for i, g := range rule {
+			parts[i] = g.String()
+		}
+		out = append(out, strings.Join(parts, " && "))
+	}
+	return out
 }

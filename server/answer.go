@@ -72,40 +72,37 @@ func appendFailed(b []byte, nodes []failedNode) []byte {
 	if nodes == nil {
 		return append(b, "null"...)
 	}
-	b = append(b, '{')
+	// One writer for every message of the answer: the messages are
+	// written into the answer as they are escaped, never built first.
+	w := &jsonStringWriter{b: b}
+	w.b = append(w.b, '{')
 	for i := range nodes {
 		if i > 0 {
-			b = append(b, ',')
+			w.b = append(w.b, ',')
 		}
 		n := &nodes[i]
-		b = appendJSONString(b, n.name)
-		b = append(b, ':')
+		w.b = appendJSONString(w.b, n.name)
+		w.b = append(w.b, ':', '"')
 		if n.placement == nil {
-			b = appendJSONString(b, n.reason)
+			w.b = appendJSONStringBody(w.b, n.reason)
 		} else {
-			b = appendDenyMessage(b, n.placement, n.index)
+			n.placement.WriteDenyMessage(w, n.index)
 		}
+		w.b = append(w.b, '"')
 	}
-	return append(b, '}')
+	return append(w.b, '}')
 }
 
-// appendDenyMessage writes p.DenyMessage(i) as a JSON string without
-// building the string first.
-func appendDenyMessage(b []byte, p *opa.Placement, i int) []byte {
-	b = append(b, '"')
-	first := true
-	p.EachViolationOf(i, opa.Deny, func(x *opa.Violation) {
-		if !first {
-			b = append(b, "; "...)
-		}
-		first = false
-		b = append(b, '[')
-		b = appendJSONStringBody(b, x.Constraint.Name)
-		b = append(b, "] "...)
-		b = appendJSONStringBody(b, x.Message)
-	})
-	return append(b, '"')
+// jsonStringWriter appends what it is given to b escaped as the inside of
+// a JSON string (an opa.MessageWriter).
+type jsonStringWriter struct{ b []byte }
+
+func (w *jsonStringWriter) WriteString(s string) (int, error) {
+	w.b = appendJSONStringBody(w.b, s)
+	return len(s), nil
 }
+
+var _ opa.MessageWriter = (*jsonStringWriter)(nil)
 
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')

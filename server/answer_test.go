@@ -114,11 +114,14 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 			}
 		})
 	}
-	// The message written in place is denyMessage's.
-	p := deny("m1", "m2")
-	b := appendDenyMessage(nil, p, 0)
+	// The message written in place, escaped as it is written, is
+	// DenyMessage's.
+	p := deny("m1", "m2 \"quoted\" \\ \n\u2028 <tag>")
+	w := &jsonStringWriter{b: []byte{'"'}}
+	p.WriteDenyMessage(w, 0)
+	b := append(w.b, '"')
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil || s != p.DenyMessage(0) {
-		t.Errorf("appendDenyMessage wrote %s (%v), denyMessage is %q", b, err, p.DenyMessage(0))
+		t.Errorf("WriteDenyMessage wrote %s (%v), DenyMessage is %q", b, err, p.DenyMessage(0))
 	}
 }
