@@ -1,6 +1,9 @@
 package opa
 
-import "strings"
+import (
+	"strings"
+	"sync/atomic"
+)
 
 // Placement is the answer to a PlacementRequest.
 //
@@ -26,7 +29,11 @@ type Placement struct {
 
 	columns []column
 	// signature is the PodQuery's whose answer this is (Rebind).
-	signature  string
+	signature string
+	// denyMemo keeps each node's DenyMessage once written, for answers
+	// that serve many Filter calls (PodQuery's: shared by the pods of a
+	// class while Rebind hands them out as they are); nil elsewhere.
+	denyMemo   []atomic.Pointer[string]
 	commonDeny bool
 	commonWarn int // distinct warn constraints in Common
 }
@@ -286,9 +293,30 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 // "[<constraint name>] <msg>", with "; ": the reason both front ends
 // (the extender's filter, the plugin's Filter) give for a denied node.
 func (p *Placement) DenyMessage(i int) string {
+	if p.denyMemo != nil {
+		if m := p.denyMemo[i].Load(); m != nil {
+			return *m
+		}
+	}
+	// Measured first, so that the message is one allocation of its size.
+	var n lengthWriter
+	p.WriteDenyMessage(&n, i)
 	var b strings.Builder
+	b.Grow(int(n))
 	p.WriteDenyMessage(&b, i)
-	return b.String()
+	m := b.String()
+	if p.denyMemo != nil {
+		p.denyMemo[i].Store(&m)
+	}
+	return m
+}
+
+// lengthWriter counts what it is given.
+type lengthWriter int
+
+func (n *lengthWriter) WriteString(s string) (int, error) {
+	*n += lengthWriter(len(s))
+	return len(s), nil
 }
 
 // MessageWriter receives a message piece by piece; strings.Builder is

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // PodQuery is a pod judged once for what does not depend on the node, to
@@ -145,6 +147,7 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 	p.settle()
 	if q.signable {
 		p.signature = q.signature
+		p.denyMemo = make([]atomic.Pointer[string], len(p.Nodes))
 	}
 	return p, nil
 }
@@ -152,15 +155,21 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 // Rebind is p, the answer of a PodQuery with the same signature (another
 // pod of the same class, judged on the same inventory under the same
 // policy set), as an answer for this query's pod: the same verdicts, this
-// pod's pod-only violations and printed values. It shares p's cells; it
-// is false when p is not such an answer.
+// pod's pod-only violations and printed values. It shares p's cells, and
+// is p itself when p already carries this pod's values (then Evaluations
+// still counts p's evaluations); it is false when p is not such an answer.
 func (q *PodQuery) Rebind(p *Placement) (*Placement, bool) {
 	if !q.signable || p.signature != q.signature {
 		return nil, false
 	}
+	if q.carriedBy(p) {
+		// Nothing the policies print is this pod's own.
+		return p, true
+	}
 	out := *p
 	out.Common = q.common.Common
 	out.Evaluations = 0
+	out.denyMemo = nil // the messages may print this pod's values
 	out.columns = make([]column, len(p.columns))
 	for i, c := range p.columns {
 		c.pod = q.binds[c.order]
@@ -168,4 +177,25 @@ func (q *PodQuery) Rebind(p *Placement) (*Placement, bool) {
 	}
 	out.settle()
 	return &out, true
+}
+
+// carriedBy reports whether p holds this pod's own values already: the
+// same pod-only violations and, in every column, the same printed values.
+func (q *PodQuery) carriedBy(p *Placement) bool {
+	if !sameViolations(p.Common, q.common.Common) {
+		return false
+	}
+	for i := range p.columns {
+		if c := &p.columns[i]; !slices.Equal(c.pod, q.binds[c.order]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameViolations(a, b []Violation) bool {
+	return slices.EqualFunc(a, b, func(x, y Violation) bool {
+		return x.Constraint == y.Constraint && x.Action == y.Action && x.Message == y.Message &&
+			string(x.Details) == string(y.Details) && x.Error == y.Error && x.order == y.order
+	})
 }

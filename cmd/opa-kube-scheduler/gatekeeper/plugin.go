@@ -173,7 +173,7 @@ func (pl *Plugin) verdict(ctx context.Context, s *cycleState, nodeInfo fwk.NodeI
 	if node == nil {
 		return nil, 0, fmt.Errorf("node info without a node")
 	}
-	i, ok := s.nodes.lookup(nodeInfo, node.Name)
+	i, ok := s.nodes.lookup(node)
 	if !ok {
 		obj, err := nodeContent(node)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
@@ -133,9 +134,11 @@ func readState(state fwk.CycleState) (*cycleState, error) {
 type nodeIndex struct {
 	names []string
 	pos   map[string]int
-	// byInfo finds the snapshot's own NodeInfo values without hashing
-	// names; copies (preemption, nominated pods) are found by name.
-	byInfo map[fwk.NodeInfo]int
+	// byNode finds the snapshot's Node objects by pointer (informer
+	// objects are never changed in place: one pointer is one version of
+	// one Node), without hashing names; other objects (a Node updated
+	// since the list was made) are found by name.
+	byNode map[*v1.Node]int
 	// list is the slice the index was built from: the same backing array
 	// is the same list.
 	list []fwk.NodeInfo
@@ -144,11 +147,11 @@ type nodeIndex struct {
 	candidates []opa.Candidate
 }
 
-func (x *nodeIndex) lookup(ni fwk.NodeInfo, name string) (int, bool) {
-	if i, ok := x.byInfo[ni]; ok && x.names[i] == name {
+func (x *nodeIndex) lookup(node *v1.Node) (int, bool) {
+	if i, ok := x.byNode[node]; ok {
 		return i, true
 	}
-	i, ok := x.pos[name]
+	i, ok := x.pos[node.Name]
 	return i, ok
 }
 
@@ -160,14 +163,14 @@ func (c *indexCache) of(nodes []fwk.NodeInfo) *nodeIndex {
 		return x
 	}
 	x := &nodeIndex{list: nodes, names: make([]string, len(nodes)), pos: make(map[string]int, len(nodes)),
-		byInfo: make(map[fwk.NodeInfo]int, len(nodes)), candidates: make([]opa.Candidate, len(nodes))}
+		byNode: make(map[*v1.Node]int, len(nodes)), candidates: make([]opa.Candidate, len(nodes))}
 	for i, n := range nodes {
-		name := n.Node().Name
-		x.names[i] = name
-		x.candidates[i].Name = name
-		if _, dup := x.pos[name]; !dup {
-			x.pos[name] = i
-			x.byInfo[n] = i
+		node := n.Node()
+		x.names[i] = node.Name
+		x.candidates[i].Name = node.Name
+		if _, dup := x.pos[node.Name]; !dup {
+			x.pos[node.Name] = i
+			x.byNode[node] = i
 		}
 	}
 	c.last.Store(x)
