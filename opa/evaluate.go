@@ -353,7 +353,9 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		classes = r.nodeClasses(bc, p)
 	}
 	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
-	col := column{constraint: bc.c.key, action: bc.c.action, order: order, ph: r.e.ph, pod: pod.bind, cells: make([]cell, len(r.slots))}
+	// Cells are made at the first violation: most constraints are
+	// violated on no candidate of most pods.
+	col := column{constraint: bc.c.key, action: bc.c.action, order: order, ph: r.e.ph, pod: pod.bind}
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.
@@ -398,6 +400,9 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			seen.put(class, res)
 		}
 		if len(res) > 0 {
+			if !violated {
+				col.cells = make([]cell, len(r.slots))
+			}
 			violated = true
 			col.set(i, res, r.printed(bc, i, subst))
 		}

@@ -86,6 +86,9 @@ func (c *column) set(i int, res []result, printed *nodePrinted) {
 
 // bindingsOf are the values to put into node i's results.
 func (c *column) bindingsOf(i int) bindings {
+	if c.cells == nil {
+		return c.pod // no violation yet: nothing of the node was kept
+	}
 	if pr := c.cells[i].printed; pr != nil && len(pr.bindings) > 0 {
 		return append(append(bindings(nil), c.pod...), pr.bindings...)
 	}
