@@ -8,8 +8,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// analyze compiles rego (Rego v1, package p) as template K and analyses it.
-func analyze(t *testing.T, rego string, params string) *Result {
+// compileTemplate compiles rego (Rego v1) as the module of template K.
+func compileTemplate(t *testing.T, rego string) (*ast.Compiler, []*ast.Rule) {
 	t.Helper()
 	src := "package templates.K.template\n" + rego
 	m, err := ast.ParseModuleWithOpts("t.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
@@ -21,12 +21,19 @@ func analyze(t *testing.T, rego string, params string) *Result {
 	if c.Failed() {
 		t.Fatalf("compile: %v", c.Errors)
 	}
+	return c, c.Modules["t.rego"].Rules
+}
+
+// analyze compiles rego as template K and analyses it.
+func analyze(t *testing.T, rego string, params string) *Result {
+	t.Helper()
+	c, rules := compileTemplate(t, rego)
 	var pv ast.Value
 	if params != "" {
 		pv = ast.MustParseTerm(params).Value
 	}
 	root := ast.MustParseRef("data.templates.K")
-	return Analyze(c, c.Modules["t.rego"].Rules, root, pv)
+	return Analyze(c, rules, root, pv)
 }
 
 const nodeRef = `node := data.inventory.cluster.v1.Node[input.review.object.spec.nodeName]`

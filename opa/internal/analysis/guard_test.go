@@ -7,20 +7,11 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// guards compiles rego (Rego v1) as template K and reads its guards.
+// guards compiles rego as template K and reads its guards.
 func guards(t *testing.T, rego string) [][]Guard {
 	t.Helper()
-	src := "package templates.K.template\n" + rego
-	m, err := ast.ParseModuleWithOpts("t.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
-	if err != nil {
-		t.Fatalf("parse: %v", err)
-	}
-	c := ast.NewCompiler()
-	c.Compile(map[string]*ast.Module{"t.rego": m})
-	if c.Failed() {
-		t.Fatalf("compile: %v", c.Errors)
-	}
-	return Guards(c.Modules["t.rego"].Rules, ast.MustParseRef("data.templates.K"))
+	_, rules := compileTemplate(t, rego)
+	return Guards(rules, ast.MustParseRef("data.templates.K"))
 }
 
 func TestGuards(t *testing.T) {
