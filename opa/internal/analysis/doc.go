@@ -30,5 +30,12 @@
 //   - templates that call nondeterministic builtins are never memoised;
 //   - a value whose only use is to be printed into a violation's msg or
 //     placed as is into its details (Messages) is not part of the key: see
-//     flow.go for the rules that make this sound, and what falls back.
+//     flow.go for the rules that make this sound, and what falls back;
+//   - Guards (guard.go) are the tests of the review against constants that
+//     every violation rule begins with: a review failing one of each rule
+//     has an empty violation set, so the engine need not evaluate it.
+//
+// A known imprecision: a read through a list element
+// (`c := input.review.object.spec.containers[_]; c.name`) records the whole
+// list, so printed element values stay in the key.
 package analysis
