@@ -1,8 +1,6 @@
 package opa
 
 import (
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 )
 
 var (

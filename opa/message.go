@@ -170,19 +170,17 @@ func (ph *placeholders) cut(s string) *text {
 // with inJSON); a placeholder neither binds stays as it was.
 func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
 	var sb strings.Builder
+	n := 0
+	for _, l := range t.lits {
+		n += len(l)
+	}
+	sb.Grow(n + 32*len(t.holes))
 	ph.fillTo(&sb, t, b, b2, inJSON)
 	return sb.String()
 }
 
-// fillTo is fill writing into sb.
+// fillTo is fill writing into sb (which the caller sizes, if it can).
 func (ph *placeholders) fillTo(sb MessageWriter, t *text, b, b2 bindings, inJSON bool) {
-	if g, ok := sb.(interface{ Grow(int) }); ok {
-		n := 0
-		for _, l := range t.lits {
-			n += len(l)
-		}
-		g.Grow(n + 32*len(t.holes))
-	}
 	for k, l := range t.lits {
 		_, _ = sb.WriteString(l)
 		if k == len(t.holes) {

@@ -116,8 +116,8 @@ func parseNodes(args *extenderv1.ExtenderArgs) (nodeArgs, *requestError) {
 }
 
 // seenNames recycles the duplicate check's set: it is as large as the
-// candidate list, and allocating it anew on every call at 5000 candidates
-// cost more than the engine's own bookkeeping.
+// candidate list, and made anew on every call it was 4% of what a filter
+// call allocated (realistic mix, 500 candidates).
 var seenNames = sync.Pool{New: func() any { return map[string]struct{}{} }}
 
 func dedupeNames(names []string) []string {
