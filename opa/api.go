@@ -75,11 +75,22 @@ type PlacementRequest struct {
 	// Pod is the pod being scheduled, as unstructured content
 	// (apiVersion/kind may be missing: they are set to v1/Pod).
 	Pod map[string]any
+	// Decoded is the pod already converted (DecodePod, NewPod): when set,
+	// Pod is not read.
+	Decoded *Pod
 	// Candidates are the nodes to judge, in the scheduler's order.
 	Candidates []Candidate
 	// Explain records, per node, every constraint that matched the pod with
 	// its verdict and the time spent, for /debug/explain.
 	Explain bool
+}
+
+// pod is the request's pod, converted.
+func (req *PlacementRequest) pod() (*Pod, error) {
+	if req.Decoded != nil {
+		return req.Decoded, nil
+	}
+	return NewPod(req.Pod)
 }
 
 // NodeVerdict is the engine's answer for one candidate node; its

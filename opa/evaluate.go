@@ -2,7 +2,6 @@ package opa
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -28,26 +27,16 @@ type podInput struct {
 	ns              *namespaceInfo
 }
 
-func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, podContent map[string]any) (podInput, error) {
-	pod := withTypeMeta(podContent, podGVK)
-	podValue, err := ast.InterfaceToValue(pod)
-	if err != nil {
-		return podInput{}, fmt.Errorf("convert pod: %w", err)
-	}
-	podObj, ok := podValue.(ast.Object)
-	if !ok {
-		return podInput{}, errors.New("pod is not an object")
-	}
-	in := podInput{}
-	in.name, in.namespace, in.labels = objectMeta(pod)
+func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod) podInput {
+	in := podInput{name: pod.name, namespace: pod.namespace, labels: pod.labels}
 	nsValue := e.readValue(ctx, txn, append(namespaceGV[:len(namespaceGV):len(namespaceGV)], in.namespace))
 	nsTerm := ast.ObjectTerm()
 	if nsValue != nil && in.namespace != "" {
 		nsTerm = ast.NewTerm(nsValue)
 		in.ns = &namespaceInfo{name: in.namespace, labels: valueLabels(nsValue)}
 	}
-	in.review = podReview(podObj, in.name, in.namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm)
-	return in, nil
+	in.review = podReview(pod.value, in.name, in.namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm)
+	return in
 }
 
 // ReviewInput is input.review as every template sees it when the pod is
@@ -56,18 +45,16 @@ func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, podConte
 // constraint's spec.parameters) and data.inventory it reproduces a
 // verdict with opa eval.
 func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node string) (map[string]any, error) {
-	if pod == nil {
-		return nil, errors.New("pod is required")
+	p, err := NewPod(pod)
+	if err != nil {
+		return nil, err
 	}
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open store transaction: %w", err)
 	}
 	defer e.store.Abort(ctx, txn)
-	in, err := e.podInput(ctx, txn, pod)
-	if err != nil {
-		return nil, err
-	}
+	in := e.podInput(ctx, txn, p)
 	v, err := ast.JSON(withNodeName(in.review, node))
 	if err != nil {
 		return nil, fmt.Errorf("review as JSON: %w", err)
@@ -79,10 +66,11 @@ func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node strin
 // Evaluate judges each candidate node for the pod: the violations of every
 // constraint that matches the pod and applies at this enforcement point.
 func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement, error) {
-	if req.Pod == nil {
-		return nil, errors.New("pod is required")
+	pod, err := req.pod()
+	if err != nil {
+		return nil, err
 	}
-	r, err := e.begin(ctx, req.Pod, req.Explain)
+	r, err := e.begin(ctx, pod, req.Explain)
 	if err != nil {
 		return nil, err
 	}
@@ -108,18 +96,13 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 // completes, so the policy set loaded next is the one in force for its
 // inventory, or the one just before (see commit and nodeview.go). end
 // closes it.
-func (e *Engine) begin(ctx context.Context, pod map[string]any, explain bool) (*request, error) {
+func (e *Engine) begin(ctx context.Context, pod *Pod, explain bool) (*request, error) {
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open store transaction: %w", err)
 	}
 	snap := e.snap.Load()
-	in, err := e.podInput(ctx, txn, pod)
-	if err != nil {
-		e.store.Abort(ctx, txn)
-		return nil, err
-	}
-	return e.newRequest(ctx, txn, snap, in, explain), nil
+	return e.newRequest(ctx, txn, snap, e.podInput(ctx, txn, pod), explain), nil
 }
 
 // end adds the request's counters to the engine's and closes its
@@ -480,7 +463,7 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 }
 
 func (r *request) entry(bc *boundConstraint, key *ast.Array) *memoEntry {
-	return r.e.memo.Entry(bc.owner, key, keySize(key))
+	return r.e.memo.Entry(bc.owner, key)
 }
 
 func (r *request) addStats() {

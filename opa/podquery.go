@@ -2,7 +2,6 @@ package opa
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 // evaluation when the policy set has changed since.
 type PodQuery struct {
 	e      *Engine
-	pod    map[string]any
+	pod    *Pod
 	snap   *snapshot
 	in     podInput
 	common *Placement // Common and MatchedWarnConstraints; no nodes
@@ -38,10 +37,16 @@ type PodQuery struct {
 
 // Prepare matches the pod against every constraint and judges it on the
 // constraints that cannot see the node.
-func (e *Engine) Prepare(ctx context.Context, pod map[string]any) (*PodQuery, error) {
-	if pod == nil {
-		return nil, errors.New("pod is required")
+func (e *Engine) Prepare(ctx context.Context, content map[string]any) (*PodQuery, error) {
+	pod, err := NewPod(content)
+	if err != nil {
+		return nil, err
 	}
+	return e.PreparePod(ctx, pod)
+}
+
+// PreparePod is Prepare for a pod already converted.
+func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	r, err := e.begin(ctx, pod, false)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,7 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 	if e.snap.Load() != q.snap {
 		// The policy set changed since Prepare: judge everything anew.
 		e.store.Abort(ctx, txn)
-		return e.Evaluate(ctx, PlacementRequest{Pod: q.pod, Candidates: cands})
+		return e.Evaluate(ctx, PlacementRequest{Decoded: q.pod, Candidates: cands})
 	}
 	defer e.store.Abort(ctx, txn)
 	r := e.newRequest(ctx, txn, q.snap, q.in, false)

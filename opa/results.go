@@ -51,8 +51,6 @@ func resultBytes(res []result) int {
 	return n
 }
 
-func keySize(key *ast.Array) int { return memo.Size(key) }
-
 func anyHoles(res []result) bool {
 	for i := range res {
 		if res[i].msgText != nil || res[i].detailsText != nil {

@@ -119,6 +119,14 @@ const hexDigits = "0123456789abcdef"
 func appendJSONStringBody(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
+		// Deny messages are mostly plain ASCII: skip such bytes with one
+		// table lookup each, and look closer only where one may need care.
+		for i < len(s) && plainJSON[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -165,6 +173,15 @@ func appendJSONStringBody(b []byte, s string) []byte {
 	}
 	return append(b, s[start:]...)
 }
+
+// plainJSON marks the bytes JSON writes as they are: printable ASCII
+// other than quote and backslash.
+var plainJSON = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // answerBuffers recycles answer buffers: a 5000-node filter answer is
 // half a megabyte.

@@ -44,6 +44,18 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestAppendJSONStringEveryPosition puts each byte that needs care at every
+// position of a plain run, so that the eight-byte skip is tested on every
+// lane and across lane boundaries.
+func TestAppendJSONStringEveryPosition(t *testing.T) {
+	const plain = "node pool-a/n-0001 lacks the label [zone]: ~!"
+	for _, special := range []string{`"`, `\`, "\n", "\x00", "\x1f", "\x7f", "\xff", "é", "\u2028", " "} {
+		for i := 0; i <= len(plain); i++ {
+			checkJSONString(t, plain[:i]+special+plain[i:])
+		}
+	}
+}
+
 func FuzzAppendJSONString(f *testing.F) {
 	for _, s := range []string{"", "a\"b", "\xff", "\u2028", "\x00", "é"} {
 		f.Add(s)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+	"errors"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,16 +20,42 @@ const unknownNodeReason = "node not in the extender's node inventory"
 // Both name and namespace are required: the scheduler always sends them,
 // and defaulting an empty namespace would evaluate namespace-scoped
 // constraints against the wrong Namespace.
-func checkPod(p *v1.Pod) (string, *requestError) {
+func checkPod(name, namespace string) (string, *requestError) {
 	switch {
-	case p == nil:
-		return "", badRequest("request has no Pod")
-	case p.Name == "":
+	case name == "":
 		return "", badRequest("Pod has no metadata.name")
-	case p.Namespace == "":
-		return "", badRequest("Pod %q has no metadata.namespace", p.Name)
+	case namespace == "":
+		return "", badRequest("Pod %q has no metadata.namespace", name)
 	}
-	return p.Namespace + "/" + p.Name, nil
+	return namespace + "/" + name, nil
+}
+
+// checkTypedPod is checkPod for the verbs that decode a typed Pod.
+func checkTypedPod(p *v1.Pod) (string, *requestError) {
+	if p == nil {
+		return "", badRequest("request has no Pod")
+	}
+	return checkPod(p.Name, p.Namespace)
+}
+
+// decodePod reads the pod of a request of type what straight into the
+// engine's values. A pod's fields reach templates as the scheduler sent
+// them; only the metadata the engine reads itself is type-checked.
+func decodePod(raw json.RawMessage, what string) (*opa.Pod, *requestError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("request has no Pod")
+	}
+	pod, err := opa.DecodePod(raw)
+	var fe *opa.PodFieldError
+	switch {
+	case errors.As(err, &fe) && fe.Field == "(the pod)":
+		return nil, badRequest("wrong type in JSON %s: field Pod is a JSON %s, want an object", what, fe.Got)
+	case errors.As(err, &fe):
+		return nil, badRequest("wrong type in JSON %s: field Pod.%s is a JSON %s, want a %s", what, fe.Field, fe.Got, fe.Want)
+	case err != nil:
+		return nil, badRequest("cannot decode the Pod of the JSON %s: %v", what, err)
+	}
+	return pod, nil
 }
 
 // podObject converts the wire pod into the unstructured content the engine

@@ -87,7 +87,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) (*ExplainRespon
 	if rerr := s.decodeBody(w, r, &req, "ExplainRequest"); rerr != nil {
 		return nil, rerr
 	}
-	key, rerr := checkPod(req.Pod)
+	key, rerr := checkTypedPod(req.Pod)
 	if rerr != nil {
 		return nil, rerr
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
@@ -38,41 +39,45 @@ func preemptError(msg string) any    { return errorBody{Error: msg} }
 func bindError(msg string) any       { return &extenderv1.ExtenderBindingResult{Error: msg} }
 
 // placeArgs decodes and evaluates the ExtenderArgs of filter and prioritize.
-func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) (*extenderv1.ExtenderArgs, nodeArgs, *opa.Placement, *requestError) {
-	var args extenderv1.ExtenderArgs
-	if rerr := s.decodeBody(w, r, &args, "ExtenderArgs"); rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
-	}
-	key, rerr := checkPod(args.Pod)
+// The pod is read straight into the engine's values (opa.DecodePod), never
+// into a typed Pod: args.Pod stays nil, the pod is returned apart.
+func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) (*extenderv1.ExtenderArgs, *opa.Pod, nodeArgs, *opa.Placement, *requestError) {
+	wire, release, rerr := s.decodeExtenderArgs(w, r)
+	defer release()
 	if rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
+		return nil, nil, nodeArgs{}, nil, rerr
+	}
+	pod, rerr := decodePod(wire.Pod, "ExtenderArgs")
+	if rerr != nil {
+		return nil, nil, nodeArgs{}, nil, rerr
+	}
+	key, rerr := checkPod(pod.Name(), pod.Namespace())
+	if rerr != nil {
+		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	c.pod = key
-	na, rerr := parseNodes(&args)
+	args := &extenderv1.ExtenderArgs{Nodes: wire.Nodes, NodeNames: wire.NodeNames}
+	na, rerr := parseNodes(args)
 	if rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
+		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	c.nodes = len(na.names)
 	if len(na.names) == 0 {
-		return &args, na, &opa.Placement{}, nil
+		return args, pod, na, &opa.Placement{}, nil
 	}
-	pod, rerr := podObject(args.Pod)
+	cands, rerr := na.candidates(args)
 	if rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
-	}
-	cands, rerr := na.candidates(&args)
-	if rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
+		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	ctx, cancel := s.withTimeout(r)
 	defer cancel()
-	p, rerr := s.evaluate(ctx, opa.PlacementRequest{Pod: pod, Candidates: cands})
+	p, rerr := s.evaluate(ctx, opa.PlacementRequest{Decoded: pod, Candidates: cands})
 	if rerr != nil {
-		return nil, nodeArgs{}, nil, rerr
+		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	s.metrics.evaluated(c.verb, len(na.names))
-	c.uid, c.names, c.placement = string(args.Pod.UID), na.names, p
-	return &args, na, p, nil
+	c.uid, c.names, c.placement = pod.UID(), na.names, p
+	return args, pod, na, p, nil
 }
 
 // handleFilter answers POST /filter: denied nodes go to
@@ -84,7 +89,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &verbCall{verb: verbFilter, start: time.Now()}
 	defer s.countPanic(c)
-	args, na, p, rerr := s.placeArgs(w, r, c)
+	args, pod, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, filterError)
 		return
@@ -147,7 +152,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if denied > 0 && s.onRejected != nil {
-		s.onRejected(args.Pod.Namespace, args.Pod.Name, args.Pod.UID)
+		s.onRejected(pod.Namespace(), pod.Name(), types.UID(pod.UID()))
 	}
 	if c.rejected > 0 {
 		s.log.InfoContext(r.Context(), "pod rejected on some nodes",
@@ -169,7 +174,7 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &verbCall{verb: verbPrioritize, start: time.Now()}
 	defer s.countPanic(c)
-	_, na, p, rerr := s.placeArgs(w, r, c)
+	_, _, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, prioritizeError)
 		return
@@ -217,7 +222,7 @@ func (s *Server) preempt(w http.ResponseWriter, r *http.Request, c *verbCall) (*
 	if rerr := s.decodeBody(w, r, &args, "ExtenderPreemptionArgs"); rerr != nil {
 		return nil, rerr
 	}
-	key, rerr := checkPod(args.Pod)
+	key, rerr := checkTypedPod(args.Pod)
 	if rerr != nil {
 		return nil, rerr
 	}

@@ -176,11 +176,18 @@ func TestFilter(t *testing.T) {
 			if !slices.Equal(seen, tc.evaluated) {
 				t.Errorf("engine saw %v, want %v", seen, tc.evaluated)
 			}
-			md := last.Pod["metadata"].(map[string]any)
-			if last.Pod["apiVersion"] != "v1" || last.Pod["kind"] != "Pod" ||
+			if last.Decoded == nil {
+				t.Fatal("the pod was not given to the engine decoded")
+			}
+			pod, err := last.Decoded.Content()
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := pod["metadata"].(map[string]any)
+			if pod["apiVersion"] != "v1" || pod["kind"] != "Pod" ||
 				md["name"] != "web-1" || md["namespace"] != "team-a" || last.Explain {
 				t.Errorf("pod given to the engine: apiVersion %v kind %v metadata %v explain %v",
-					last.Pod["apiVersion"], last.Pod["kind"], md, last.Explain)
+					pod["apiVersion"], pod["kind"], md, last.Explain)
 			}
 		})
 	}

@@ -296,7 +296,11 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what 
 	if r.Body == nil || r.Body == http.NoBody {
 		return badRequest("empty request body: expected a JSON %s", what)
 	}
-	body := http.MaxBytesReader(w, r.Body, s.maxBodyBytes)
+	return s.decodeFrom(http.MaxBytesReader(w, r.Body, s.maxBodyBytes), v, what)
+}
+
+// decodeFrom is decodeBody's reading of a body.
+func (s *Server) decodeFrom(body io.Reader, v any, what string) *requestError {
 	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
 		return s.describeDecodeError(err, what)

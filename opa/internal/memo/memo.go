@@ -86,9 +86,10 @@ func hashOf(owner uint64, key *ast.Array) uint64 {
 	return uint64(key.Hash()) ^ (owner * 0x9e3779b97f4a7c15)
 }
 
-// Entry finds or creates the entry of (owner, key). keyBytes estimates the
-// key's size (see Size).
-func (m *Memo[R]) Entry(owner uint64, key *ast.Array, keyBytes int) *Entry[R] {
+// Entry finds or creates the entry of (owner, key). The key's size (Size)
+// is estimated only when the entry is created: lookups that find one, most
+// of them, never walk the key twice.
+func (m *Memo[R]) Entry(owner uint64, key *ast.Array) *Entry[R] {
 	h := hashOf(owner, key)
 	m.mu.RLock()
 	e := m.cur.find(h, owner, key)
@@ -108,7 +109,7 @@ func (m *Memo[R]) Entry(owner uint64, key *ast.Array, keyBytes int) *Entry[R] {
 		m.adopt(e)
 		return e
 	}
-	e = &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(keyBytes) + entryOverhead}
+	e = &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(Size(key)) + entryOverhead}
 	m.adopt(e)
 	return e
 }
