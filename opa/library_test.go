@@ -1,6 +1,7 @@
 package opa_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -180,6 +182,116 @@ func TestLibraryGuards(t *testing.T) {
 		}
 		if skipped == 0 {
 			t.Errorf("pod %s: no guarded constraint matched and skipped", name)
+		}
+	}
+}
+
+// TestLibraryListElements runs the library's sample Pods, and the same
+// pods with every container renamed (as a new Job's pods are), through the
+// memoised engine and one without memo: the same violations, and the
+// renamed pods re-evaluate only the templates whose conditions read the
+// containers' names.
+func TestLibraryListElements(t *testing.T) {
+	if _, err := os.Stat(libraryDir); err != nil {
+		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
+	}
+	objs := libraryObjects(t)
+	e := newEngine(t, opa.Options{})
+	apply(t, e, objs...)
+	ref := newEngine(t, opa.Options{DisableMemo: true})
+	apply(t, ref, objs...)
+	for _, en := range []*opa.Engine{e, ref} {
+		apply(t, en, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
+	}
+	cands := []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
+	var samples []map[string]any
+	files, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "samples", "*", "example_*.yaml"))
+	for _, f := range files {
+		for _, o := range load(t, f) {
+			if o.GetKind() == "Pod" {
+				if o.GetNamespace() == "" {
+					o.SetNamespace("default")
+				}
+				samples = append(samples, o.Object)
+			}
+		}
+	}
+	if len(samples) < 50 {
+		t.Fatalf("%d sample pods, want the library's", len(samples))
+	}
+	renamed := func(p map[string]any, k int) map[string]any {
+		c := runtime.DeepCopyJSON(p)
+		md := c["metadata"].(map[string]any)
+		md["name"] = fmt.Sprintf("%v-job-%d", md["name"], k)
+		spec, _ := c["spec"].(map[string]any)
+		for _, list := range []string{"containers", "initContainers", "ephemeralContainers"} {
+			cs, _ := spec[list].([]any)
+			for _, x := range cs {
+				if m, ok := x.(map[string]any); ok {
+					m["name"] = fmt.Sprintf("%v-job-%d", m["name"], k)
+				}
+			}
+		}
+		return c
+	}
+	reEvaluated := map[string]int{}
+	judge := func(p map[string]any, count bool) {
+		got, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands, Explain: count})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cands {
+			if g, w := got.Violations(i), want.Violations(i); !reflect.DeepEqual(g, w) {
+				t.Errorf("pod %v on %s:\n memo    %+v\n no memo %+v", p["metadata"], cands[i].Name, g, w)
+			}
+		}
+		if count {
+			for _, tr := range got.Nodes[0].Explain {
+				if !tr.Memoised && tr.NotEvaluated == "" {
+					reEvaluated[tr.Constraint.Kind]++
+				}
+			}
+		}
+	}
+	for _, p := range samples {
+		judge(p, false)
+	}
+	for _, p := range samples {
+		judge(renamed(p, 1), true)
+	}
+	// The templates that still re-evaluate, and why (their /debug/explain
+	// reads): container names in conditions or annotation keys (AppArmor,
+	// seccomp, SELinux, procMount, allowed users through a function with
+	// several definitions), or a container used whole (passed to a builtin,
+	// compared, iterated twice: ports, probes, resources and the example's
+	// privileged pool). Each was re-evaluated before the element-wise reads
+	// too; the other 13 library templates that print container names
+	// (allowed and disallowed repos and tags, image digests, privileged,
+	// capabilities, host filesystem, read-only root filesystem, ...) no
+	// longer are.
+	allowed := map[string]bool{
+		"K8sContainerEphemeralStorageLimit": true, "K8sContainerLimits": true, "K8sContainerRatios": true,
+		"K8sContainerRequests": true, "K8sPSPAllowedUsers": true, "K8sPSPAppArmor": true,
+		"K8sPSPAutomountServiceAccountTokenPod": true, "K8sPSPHostNetworkingPorts": true, "K8sPSPProcMount": true,
+		"K8sPSPSELinuxV2": true, "K8sPSPSeccomp": true, "K8sPSPSeccompV2": true, "K8sPrivilegedNodePool": true,
+		"K8sRequiredProbes": true, "K8sRequiredResources": true,
+	}
+	kinds := make([]string, 0, len(reEvaluated))
+	for k, n := range reEvaluated {
+		kinds = append(kinds, fmt.Sprintf("%s:%d", k, n))
+		if !allowed[k] {
+			t.Errorf("%s was evaluated again for %d renamed pods: its container names should be left out of the key", k, n)
+		}
+	}
+	sort.Strings(kinds)
+	t.Logf("%d sample pods; re-evaluated for renamed containers: %v", len(samples), kinds)
+	for _, k := range []string{"K8sAllowedRepos", "K8sDisallowedTags", "K8sPSPPrivilegedContainer", "K8sPSPCapabilities", "K8sPSPHostFilesystem"} {
+		if reEvaluated[k] == 0 && !slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == k }) {
+			t.Errorf("%s has no constraint: the test no longer covers it", k)
 		}
 	}
 }

@@ -76,22 +76,40 @@ func substitutable(t *ast.Term, quote bool) (string, bool) {
 }
 
 // substitutableAt is substitutable for the value at path in v, and also
-// requires the path to lead through objects only: setPath can put the
-// placeholder there (a path through an array cannot, so its value stays in
-// the key).
+// requires the path to lead to it through objects and array indexes, where
+// setPath can put the placeholder.
 func substitutableAt(v ast.Value, path []*ast.Term, quote bool) (string, bool) {
 	for i := range path {
-		obj, ok := v.(ast.Object)
-		if !ok {
-			return "", false
-		}
-		t := obj.Get(path[i])
+		t := child(v, path[i])
 		if t == nil {
 			return "", false
 		}
 		v = t.Value
 	}
 	return substitutable(ast.NewTerm(v), quote)
+}
+
+// child is v[key] for an object, or an array and an integer index (the
+// elements of a path through analysis.Each); nil otherwise.
+func child(v ast.Value, key *ast.Term) *ast.Term {
+	switch x := v.(type) {
+	case ast.Object:
+		return x.Get(key)
+	case *ast.Array:
+		if i, ok := arrayIndex(x, key); ok {
+			return x.Elem(i)
+		}
+	}
+	return nil
+}
+
+func arrayIndex(arr *ast.Array, key *ast.Term) (int, bool) {
+	n, ok := key.Value.(ast.Number)
+	if !ok {
+		return 0, false
+	}
+	i, ok := n.Int()
+	return i, ok && i >= 0 && i < arr.Len()
 }
 
 // placeholderKey stands in a memo key for "a substitutable value was
@@ -239,17 +257,22 @@ func setPath(v ast.Value, path []*ast.Term, t *ast.Term) (ast.Value, bool) {
 	if len(path) == 0 {
 		return t.Value, true
 	}
-	obj, ok := v.(ast.Object)
+	c := child(v, path[0])
+	if c == nil {
+		return nil, false
+	}
+	nv, ok := setPath(c.Value, path[1:], t)
 	if !ok {
 		return nil, false
 	}
-	child := obj.Get(path[0])
-	if child == nil {
-		return nil, false
+	if arr, isArray := v.(*ast.Array); isArray {
+		i, _ := arrayIndex(arr, path[0])
+		elems := make([]*ast.Term, arr.Len())
+		for k := range elems {
+			elems[k] = arr.Elem(k)
+		}
+		elems[i] = ast.NewTerm(nv)
+		return ast.NewArray(elems...), true
 	}
-	nv, ok := setPath(child.Value, path[1:], t)
-	if !ok {
-		return nil, false
-	}
-	return replaceKey(obj, path[0], ast.NewTerm(nv)), true
+	return replaceKey(v.(ast.Object), path[0], ast.NewTerm(nv)), true
 }

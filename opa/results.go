@@ -11,6 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
@@ -93,6 +94,10 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	v := &podView{review: r.podReview}
 	review := r.podReview.Value
 	for _, m := range bc.podMsgs {
+		if analysis.EachAt(m.path) >= 0 {
+			review = r.placeEach(v, review, m)
+			continue
+		}
 		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
 			review, _ = setPath(review, m.path[1:], ast.StringTerm(m.text))
 			v.key = append(v.key, placeholderKey)
@@ -109,6 +114,43 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	}
 	r.pods[sig.String()] = v
 	return v
+}
+
+// maxEachPlaceholders bounds the elements of one list that get their own
+// placeholder: past it, the list's printed values stay in the key (and
+// the engine's registry of placeholders stays small).
+const maxEachPlaceholders = 64
+
+// placeEach puts a placeholder for the value printed from each element of
+// a list (m.path holds analysis.Each) into review, one per element, each
+// with its own registered path (containers[0].name, containers[1].name,
+// ...), and adds the list's part of the key: placeholderKey where a
+// placeholder stands, the element's value where it cannot. A list that is
+// not an array, or too long, is keyed as lookup reads it.
+func (r *request) placeEach(v *podView, review ast.Value, m msgSlot) ast.Value {
+	j := analysis.EachAt(m.path)
+	list, rest := m.path[:j], m.path[j+1:]
+	arr, ok := lookupInput(r.podReview, list).Value.(*ast.Array)
+	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(termReview) {
+		v.key = append(v.key, lookupInput(r.podReview, m.path))
+		return review
+	}
+	entries := make([]*ast.Term, arr.Len())
+	for i := range entries {
+		concrete := make([]*ast.Term, 0, len(m.path))
+		concrete = append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
+		s, ok := substitutableAt(r.podReview.Value, concrete[1:], m.quote)
+		if !ok {
+			entries[i] = lookup(arr.Elem(i).Value, rest)
+			continue
+		}
+		idx, text := r.e.ph.of(analysis.Input, concrete)
+		review, _ = setPath(review, concrete[1:], ast.StringTerm(text))
+		entries[i] = placeholderKey
+		v.bind = append(v.bind, newBinding(idx, s))
+	}
+	v.key = append(v.key, ast.ArrayTerm(entries...))
+	return review
 }
 
 // nodeReview is review with object.spec.nodeName set to node. The pod's
@@ -263,11 +305,45 @@ func lookup(v ast.Value, path []*ast.Term) *ast.Term {
 	if len(path) == 0 {
 		return ast.NewTerm(v)
 	}
+	if j := analysis.EachAt(path); j >= 0 {
+		return lookupEach(v, path[:j], path[j+1:])
+	}
 	found, err := v.Find(ast.Ref(path))
 	if err != nil {
 		return undefinedTerm
 	}
 	return ast.NewTerm(found)
+}
+
+// wholeListKey marks, in a key, a value found where a path through
+// analysis.Each expected an array: it is keyed as the set {wholeListKey,
+// value}, which no JSON value can be, so that it never equals the
+// element-wise array of another review.
+var wholeListKey = ast.StringTerm("not an array")
+
+// lookupEach is the value of list/Each/rest: the array of each element's
+// value at rest (undefinedTerm where an element has none; true for
+// analysis.Len), or, when the value at list is not an array, that value
+// whole.
+func lookupEach(v ast.Value, list, rest []*ast.Term) *ast.Term {
+	t := lookup(v, list)
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		if t == undefinedTerm {
+			return t
+		}
+		return ast.SetTerm(wholeListKey, t)
+	}
+	elems := make([]*ast.Term, arr.Len())
+	for i := range elems {
+		switch {
+		case len(rest) == 1 && analysis.IsLen(rest[0]):
+			elems[i] = ast.InternedTerm(true)
+		default:
+			elems[i] = lookup(arr.Elem(i).Value, rest)
+		}
+	}
+	return ast.ArrayTerm(elems...)
 }
 
 // podReview is the Pod CREATE review a template sees: the AdmissionRequest's

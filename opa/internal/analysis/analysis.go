@@ -96,6 +96,11 @@ type analyzer struct {
 	at *ast.Expr
 	// why collects reasons found on the way (printed values refused).
 	why []string
+	// listSets caches list sets by rule path (nil: not one), and choice
+	// is the element reference each forked binding takes in the run
+	// being analysed (see lists.go).
+	listSets map[string][]*ast.Term
+	choice   map[*ast.Expr]*ast.Term
 }
 
 const maxCallDepth = 8
@@ -111,10 +116,11 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 		active:    map[*ast.Rule]int{},
 		params:    params,
 		consts:    map[string]*origin{},
+		listSets:  map[string][]*ast.Term{},
 	}
 	for _, r := range rules {
-		if z.isAlias(r) {
-			continue // read where it is referenced (see aliasRule)
+		if z.isAlias(r) || z.isListSetRule(r) {
+			continue // read where it is referenced (see aliasRule, lists.go)
 		}
 		for x := r; x != nil; x = x.Else {
 			// A function's printed value is judged again at each call;
@@ -170,7 +176,28 @@ type scope struct {
 // rule analyses one rule with its variables bound as in env (function
 // parameters bound to the caller's arguments). For a function whose value
 // is a string built only from printed values, it returns their sources.
+// A body that binds an element of a list set is analysed once per list
+// (lists.go).
 func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
+	runs := listChoices(z.listForks(r, env))
+	if runs == nil {
+		return z.ruleOnce(r, env, depth)
+	}
+	saved := z.choice
+	defer func() { z.choice = saved }()
+	var out []source
+	for _, run := range runs {
+		z.choice = run
+		inner := make(map[ast.Var]origin, len(env))
+		for k, v := range env {
+			inner[k] = v
+		}
+		out = append(out, z.ruleOnce(r, inner, depth)...)
+	}
+	return out
+}
+
+func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
 	z.active[r]++
 	defer func() { z.active[r]-- }()
 	seen := map[ast.Var]bool{}
@@ -261,6 +288,11 @@ func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast
 	if !ok || seen[v] || v.IsWildcard() {
 		return false
 	}
+	if alt, forked := z.choice[z.at]; forked {
+		if _, isRef := rhs.Value.(ast.Ref); isRef {
+			rhs = alt // this run's list (see lists.go)
+		}
+	}
 	if sc != nil {
 		if rv, ok := rhs.Value.(ast.Var); ok && sc.strings[rv] != nil {
 			sc.alias(v, rv)
@@ -315,6 +347,11 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 				if o, rest, ok := z.aliasRule(v); ok {
 					return z.follow(o, rest, env, depth), true
 				}
+				if z.readListSetWhole(v) {
+					for _, k := range v[1:] {
+						z.walk(k, env, depth)
+					}
+				}
 				return origin{}, false
 			}
 			if !isInventoryRef(v) {
@@ -356,6 +393,9 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 	rest = z.substituteConsts(rest, env)
 	for i, k := range rest {
 		if !k.IsGround() {
+			if o, ok := z.each(base, rest, i, env, depth); ok {
+				return o
+			}
 			for _, kk := range rest[i:] {
 				z.walk(kk, env, depth)
 			}
@@ -366,6 +406,30 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 		}
 	}
 	return base.extend(rest...)
+}
+
+// each reads rest[i], a variable key below base, as every element of a
+// list (Each), when that is sound and worth it: base is an exact input
+// path through no other Each, and the list can neither hold the
+// candidate's name (review.object.spec is a prefix of spec.nodeName) nor
+// be metadata holding the pod's name or uid (whose reads are per pod
+// anyway). The key then holds the list's length (how many elements the
+// variable ranges over) and, element by element, what is read below it;
+// the variable key itself is an index fixed by the length (or, if the
+// value is not an array, the key holds it whole: see Each). Anything
+// else keeps the whole list read, as before.
+func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]origin, depth int) (origin, bool) {
+	if _, isVar := rest[i].Value.(ast.Var); !isVar || base.root != Input || !base.exact || EachAt(base.path) >= 0 {
+		return origin{}, false
+	}
+	list := make([]*ast.Term, 0, len(base.path)+i+2)
+	list = append(append(list, base.path...), rest[:i]...)
+	if len(list) < 2 || PrefixRelated(list, NodeNamePath) || related(uniquePodPaths, list) {
+		return origin{}, false
+	}
+	z.walk(rest[i], env, depth)
+	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), list...), Each, Len), exact: true})
+	return z.follow(origin{root: Input, path: append(list, Each), exact: true}, rest[i+1:], env, depth), true
 }
 
 // nodesPath is where Gatekeeper's sync puts Nodes, below data.inventory.

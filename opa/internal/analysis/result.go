@@ -115,11 +115,47 @@ func (a *Result) Describe() []string {
 	return out
 }
 
+// Each stands in a path for every element of the array before it:
+// review.object.spec.containers[Each].image is the list of the containers'
+// images, in order. A path through Each is read element by element, so
+// that a value printed from one element (the container's name) can be
+// left out of the key while another (its image) is in it. When the value
+// before Each is not an array, the path means that value whole. Its name
+// cannot be written in Rego, so no template path holds it.
+var Each = ast.VarTerm("$each")
+
+// Len ends a path after Each: only how many elements there are.
+var Len = ast.VarTerm("$len")
+
+// IsEach reports whether t is Each.
+func IsEach(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$each" }
+
+// IsLen reports whether t is Len.
+func IsLen(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$len" }
+
+// EachAt is the position of Each in p, or -1.
+func EachAt(p []*ast.Term) int {
+	for i, t := range p {
+		if IsEach(t) {
+			return i
+		}
+	}
+	return -1
+}
+
 // PathString renders a path as Rego does: .name for identifiers, ["key"]
-// for the rest.
+// for the rest, [_] for Each, .(count) for Len.
 func PathString(p []*ast.Term) string {
 	var b strings.Builder
 	for _, t := range p {
+		if IsEach(t) {
+			b.WriteString("[_]")
+			continue
+		}
+		if IsLen(t) {
+			b.WriteString(".(count)")
+			continue
+		}
 		if s, ok := t.Value.(ast.String); ok && ast.IsVarCompatibleString(string(s)) {
 			b.WriteString("." + string(s))
 		} else {
@@ -129,21 +165,38 @@ func PathString(p []*ast.Term) string {
 	return b.String()
 }
 
-// PrefixRelated reports whether one path is a prefix of the other.
+// PrefixRelated reports whether one path is a prefix of the other, or
+// may be: Each, on either side, matches any key.
 func PrefixRelated(a, b []*ast.Term) bool {
 	n := min(len(a), len(b))
 	for i := 0; i < n; i++ {
-		if !a[i].Equal(b[i]) {
+		if !a[i].Equal(b[i]) && !IsEach(a[i]) && !IsEach(b[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// covers reports whether some path of set is a prefix of p.
+// prefixCovers reports whether the value at q holds the value at p for
+// every review: q is a prefix of p, where Each in q matches any key of p
+// (every element holds any one), but a key of q does not match Each in p
+// (one element does not hold them all).
+func prefixCovers(q, p []*ast.Term) bool {
+	if len(q) > len(p) {
+		return false
+	}
+	for i := range q {
+		if !q[i].Equal(p[i]) && !IsEach(q[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether some path of set covers p (prefixCovers).
 func covers(set [][]*ast.Term, p []*ast.Term) bool {
 	for _, q := range set {
-		if len(q) <= len(p) && PrefixRelated(q, p) {
+		if prefixCovers(q, p) {
 			return true
 		}
 	}

@@ -1,0 +1,193 @@
+package analysis
+
+import "github.com/open-policy-agent/opa/v1/ast"
+
+// Lists read element by element. `c := input.review.object.spec.containers[_]`
+// makes c one element of the list (Each in its path, see each), so that
+// c.image is read as containers[_].image and a printed c.name can be left
+// out of the key. Most of Gatekeeper's library reaches containers through
+// a set over several lists instead:
+//
+//	input_containers[c] { c := input.review.object.spec.containers[_] }
+//	input_containers[c] { c := input.review.object.spec.initContainers[_] }
+//
+// Such a rule is a list set. A binding `c := input_containers[_]` at the
+// top of a rule body is analysed once per definition, with c an element of
+// that definition's list: the reads and printed values of the runs
+// together are those of c ranging over the union. Any other use of the set
+// (count, membership, inside a comprehension or a function) reads every
+// list whole. The set's own rules are not analysed apart: they only name
+// the lists. Rego's set merges equal elements, where the element-wise
+// analysis sees each: two equal containers give the same violations, and
+// results that placeholders made distinct are merged again when the real
+// values are put back (see the engine's substitute).
+
+// maxListChoices bounds the runs of one rule body (the product of its list
+// sets' definitions); past it the sets are read whole.
+const maxListChoices = 16
+
+// listSet gives, for a rule that is a list set, the element reference of
+// each definition (input.review.object.spec.containers[$x]).
+func (z *analyzer) listSet(ref ast.Ref) ([]*ast.Term, bool) {
+	key := ref.String()
+	if alts, ok := z.listSets[key]; ok {
+		return alts, alts != nil
+	}
+	z.listSets[key] = nil
+	rules := z.compiler.GetRulesExact(ref)
+	if len(rules) == 0 {
+		return nil, false
+	}
+	var alts []*ast.Term
+	for _, r := range rules {
+		elem, ok := listElement(r)
+		if !ok {
+			return nil, false
+		}
+		if !z.resolvesElement(elem) {
+			return nil, false
+		}
+		alts = append(alts, elem)
+	}
+	z.listSets[key] = alts
+	return alts, true
+}
+
+// listElement is the element reference of one definition of a list set:
+// `input_containers[c] { c := <input ref>[<var>] }`, nothing else.
+func listElement(r *ast.Rule) (*ast.Term, bool) {
+	k, isVar := keyVar(r)
+	if !isVar || len(r.Head.Args) > 0 || r.Head.Value != nil || r.Else != nil || r.Default || len(r.Body) != 1 {
+		return nil, false
+	}
+	e := r.Body[0]
+	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
+		return nil, false
+	}
+	terms := e.Terms.([]*ast.Term)
+	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+		if v, ok := pair[0].Value.(ast.Var); ok && v == k {
+			if ref, ok := pair[1].Value.(ast.Ref); ok && len(ref) > 1 && ref[0].Equal(ast.InputRootDocument) {
+				if _, last := ref[len(ref)-1].Value.(ast.Var); last && ref[:len(ref)-1].IsGround() {
+					return pair[1], true
+				}
+			}
+		}
+	}
+	return nil, false
+}
+
+func keyVar(r *ast.Rule) (ast.Var, bool) {
+	if r.Head.Key == nil {
+		return "", false
+	}
+	v, ok := r.Head.Key.Value.(ast.Var)
+	return v, ok
+}
+
+// resolvesElement checks, recording nothing, that an element reference
+// is read element by element (each accepts its list).
+func (z *analyzer) resolvesElement(t *ast.Term) bool {
+	reads, why := len(z.reads), len(z.why)
+	o, ok := z.resolve(t, map[ast.Var]origin{}, 0)
+	z.reads, z.why = z.reads[:reads], z.why[:why]
+	return ok && o.exact && o.root == Input && EachAt(o.path) == len(o.path)-1
+}
+
+// isListSetRule reports whether r is a definition of a list set.
+func (z *analyzer) isListSetRule(r *ast.Rule) bool {
+	_, ok := z.listSet(r.Path())
+	return ok
+}
+
+// listFork is a body expression `v = <list set>[x]` (v fresh) and the
+// element references v ranges over.
+type listFork struct {
+	expr *ast.Expr
+	alts []*ast.Term
+}
+
+// listForks finds the list-set bindings at the top of r's body.
+func (z *analyzer) listForks(r *ast.Rule, env map[ast.Var]origin) []listFork {
+	seen := map[ast.Var]bool{}
+	for v := range env {
+		seen[v] = true
+	}
+	for _, arg := range r.Head.Args {
+		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
+	}
+	var forks []listFork
+	for _, e := range r.Body {
+		if alts, ok := z.listBinding(e, seen); ok {
+			forks = append(forks, listFork{expr: e, alts: alts})
+		}
+		ast.WalkVars(e, func(v ast.Var) bool { seen[v] = true; return false })
+	}
+	return forks
+}
+
+func (z *analyzer) listBinding(e *ast.Expr, seen map[ast.Var]bool) ([]*ast.Term, bool) {
+	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
+		return nil, false
+	}
+	terms := e.Terms.([]*ast.Term)
+	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+		v, isVar := pair[0].Value.(ast.Var)
+		ref, isRef := pair[1].Value.(ast.Ref)
+		if !isVar || seen[v] || v.IsWildcard() || !isRef || len(ref) < 2 || !ref.HasPrefix(z.root) {
+			continue
+		}
+		if _, last := ref[len(ref)-1].Value.(ast.Var); !last || !ref[:len(ref)-1].IsGround() {
+			continue
+		}
+		if alts, ok := z.listSet(ref[:len(ref)-1]); ok {
+			return alts, true
+		}
+	}
+	return nil, false
+}
+
+// listChoices are the runs of a body over its forks: each run maps each
+// fork's expression to one element reference. Nil when there is nothing
+// to fork, or too much.
+func listChoices(forks []listFork) []map[*ast.Expr]*ast.Term {
+	if len(forks) == 0 {
+		return nil
+	}
+	runs := []map[*ast.Expr]*ast.Term{{}}
+	for _, f := range forks {
+		if len(runs)*len(f.alts) > maxListChoices {
+			return nil
+		}
+		var next []map[*ast.Expr]*ast.Term
+		for _, run := range runs {
+			for _, alt := range f.alts {
+				m := make(map[*ast.Expr]*ast.Term, len(run)+1)
+				for k, v := range run {
+					m[k] = v
+				}
+				m[f.expr] = alt
+				next = append(next, m)
+			}
+		}
+		runs = next
+	}
+	return runs
+}
+
+// readListSetWhole records a use of a list set other than a forked
+// binding: every list it ranges over, whole.
+func (z *analyzer) readListSetWhole(ref ast.Ref) bool {
+	for i := len(z.root) + 1; i <= len(ref); i++ {
+		alts, ok := z.listSet(ref[:i])
+		if !ok {
+			continue
+		}
+		for _, alt := range alts {
+			list := alt.Value.(ast.Ref)
+			z.read(origin{root: Input, path: list[1 : len(list)-1], exact: true})
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,87 @@
+package analysis
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+const (
+	containers = "input.review.object.spec.containers"
+	inits      = "input.review.object.spec.initContainers"
+	// listSet is the library's set over two lists.
+	listSet = "\ninput_containers contains c if { c := input.review.object.spec.containers[_] }\ninput_containers contains c if { c := input.review.object.spec.initContainers[_] }\n"
+)
+
+// TestAnalyzeLists: reads through a list element are keyed element by
+// element (the list's length, then each element's value at the path), so
+// a value printed from an element can leave the key; whatever uses an
+// element or the list otherwise keeps the list whole.
+func TestAnalyzeLists(t *testing.T) {
+	cases := []struct {
+		name, rego string
+		reads      []string
+	}{
+		{
+			name:  "one field read, the name printed",
+			rego:  "violation contains {\"msg\": msg, \"details\": {\"c\": c.name}} if {\nc := " + containers + "[_]\nc.securityContext.privileged\nmsg := sprintf(\"%v is privileged\", [c.name])\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].securityContext.privileged", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "a helper reads below the element",
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nnot exempt(c)\nmsg := sprintf(\"%v\", [c.name])\n}\nexempt(x) if startswith(x.image, \"ok/\")",
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "the name in a condition is keyed",
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nstartswith(c.name, \"debug\")\nmsg := sprintf(\"%v\", [c.name])\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].name"},
+		},
+		{
+			name:  "an element used whole",
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nx := json.marshal(c)\ncount(x) > 10\nmsg := sprintf(\"%v\", [c.name])\n}",
+			reads: []string{containers + "[_]"},
+		},
+		{
+			name:  "iterated twice: the inner list whole per element",
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\np := c.ports[_]\np.hostPort > 0\nmsg := sprintf(\"%v\", [c.name])\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].ports", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "through the library's set of lists",
+			rego:  "violation contains {\"msg\": msg} if {\nc := input_containers[_]\nnot c.resources.limits.memory\nmsg := sprintf(\"<%v> has no limit\", [c.name])\n}" + listSet,
+			reads: []string{containers + "[_].(count)", containers + "[_].resources.limits.memory", containers + "[_].name (message only)", inits + "[_].(count)", inits + "[_].resources.limits.memory", inits + "[_].name (message only)"},
+		},
+		{
+			name:  "the set counted: every list whole",
+			rego:  "violation contains {\"msg\": \"too many\"} if {\ncount(input_containers) > 3\n}" + listSet,
+			reads: []string{containers, inits},
+		},
+		{
+			name:  "spec iterated: it holds the node's name, so it stays whole",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nv := input.review.object.spec[_]\nv == \"bad\"\n}",
+			reads: []string{"input.review.object.spec"},
+		},
+		{
+			name:  "a ground index is a path of its own",
+			rego:  "violation contains {\"msg\": msg} if {\n" + containers + "[0].image == \"x\"\nc := " + containers + "[_]\nmsg := sprintf(\"%v\", [c.name])\n}",
+			reads: []string{containers + "[0].image", containers + "[_].(count)", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "the printed element read at a ground index keeps it keyed",
+			rego:  "violation contains {\"msg\": msg} if {\n" + containers + "[0].name == \"x\"\nc := " + containers + "[_]\nmsg := sprintf(\"%v\", [c.name])\n}",
+			reads: []string{containers + "[0].name", containers + "[_].(count)", containers + "[_].name"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := analyze(t, tc.rego, "")
+			got, want := a.Describe(), slices.Clone(tc.reads)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("reads:\n got  %q\n want %q\nwhy: %s", got, want, strings.Join(a.Why, "\n"))
+			}
+		})
+	}
+}
