@@ -99,13 +99,18 @@ var (
 // type an error, else it is skipped.
 func newPod(obj ast.Object, strict bool) (*Pod, error) {
 	if obj.Get(termAPIVersion) == nil || obj.Get(termKind) == nil {
-		obj = obj.Copy()
+		// A new top level sharing every value (the scheduler's pods carry
+		// no TypeMeta, so this is the common case): Copy would copy the
+		// whole pod.
+		items := make([][2]*ast.Term, 0, obj.Len()+2)
+		obj.Foreach(func(k, v *ast.Term) { items = append(items, [2]*ast.Term{k, v}) })
 		if obj.Get(termAPIVersion) == nil {
-			obj.Insert(termAPIVersion, ast.StringTerm(podGVK.GroupVersion().String()))
+			items = append(items, [2]*ast.Term{termAPIVersion, ast.StringTerm(podGVK.GroupVersion().String())})
 		}
 		if obj.Get(termKind) == nil {
-			obj.Insert(termKind, ast.StringTerm(podGVK.Kind))
+			items = append(items, [2]*ast.Term{termKind, ast.StringTerm(podGVK.Kind)})
 		}
+		obj = ast.NewObject(items...)
 	}
 	p := &Pod{value: obj}
 	md, err := objectField(obj, termMetadata, "metadata")
