@@ -263,6 +263,22 @@ func TestLibraryListElements(t *testing.T) {
 	for _, p := range samples {
 		judge(renamed(p, 1), true)
 	}
+	// New images too (a new tag): the templates that exempt images only
+	// through an empty exemptImages list do not read them (dead bodies);
+	// whatever does is evaluated again. Verdicts as without memo.
+	for _, p := range samples {
+		c := renamed(p, 2)
+		spec, _ := c["spec"].(map[string]any)
+		for _, list := range []string{"containers", "initContainers", "ephemeralContainers"} {
+			cs, _ := spec[list].([]any)
+			for _, x := range cs {
+				if m, ok := x.(map[string]any); ok {
+					m["image"] = fmt.Sprintf("%v-rebuilt", m["image"])
+				}
+			}
+		}
+		judge(c, false)
+	}
 	// The templates that still re-evaluate, and why (their /debug/explain
 	// reads): container names in conditions or annotation keys (AppArmor,
 	// seccomp, SELinux, procMount, allowed users through a function with

@@ -208,8 +208,15 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
 	}
 	sc := newScope(r, r.Path().Equal(z.violation))
+	before := z.mark()
+	harmless := true
 	for _, e := range r.Body {
+		if harmless && z.iteratesEmptyConstant(e, env) {
+			z.reset(before) // the body never succeeds: nothing it reads decides
+			return nil
+		}
 		z.expr(e, env, seen, depth, sc)
+		harmless = harmless && isHarmless(e)
 	}
 	z.at = nil
 	// Head terms use variables whole: what a rule returns escapes it,
