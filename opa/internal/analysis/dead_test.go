@@ -42,14 +42,14 @@ func TestDeadBodies(t *testing.T) {
 			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].securityContext.privileged", containers + "[_].name (message only)"},
 		},
 		{
-			name:  "a call before the empty iteration may fail: kept",
-			rego:  "violation contains {\"msg\": \"x\"} if {\nf(input.review.object.spec.hostNetwork)\n}\nf(x) if {\ny := g(x)\nitems := object.get(input.parameters, \"items\", [])\nitems[_] == y\n}\ng(x) := 1 if x\ng(x) := 2 if x",
+			name:   "a call before the empty iteration may fail: kept",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nf(input.review.object.spec.hostNetwork)\n}\nf(x) if {\ny := g(x)\nitems := object.get(input.parameters, \"items\", [])\nitems[_] == y\n}\ng(x) := 1 if x\ng(x) := 2 if x",
 			params: `{}`,
 			reads:  []string{"input.review.object.spec.hostNetwork"},
 		},
 		{
-			name:  "an empty constant object, looked up",
-			rego:  "violation contains {\"msg\": \"x\"} if {\nm := object.get(input.parameters, \"allowed\", {})\nv := input.review.object.metadata.labels.team\nm[v]\n}",
+			name:   "an empty constant object, looked up",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nm := object.get(input.parameters, \"allowed\", {})\nv := input.review.object.metadata.labels.team\nm[v]\n}",
 			params: `{}`,
 			reads:  nil,
 		},
