@@ -12,12 +12,13 @@
 // It does not know HTTP, the scheduler's wire types or where objects come
 // from: sources (a folder, a cluster) push objects in through Apply, and
 // front ends ask through Evaluate (the extender: all candidates at once),
-// Prepare and PodQuery (the plugin build: the pod once per scheduling
+// Prepare, PreparePod and PodQuery (the plugin build: the pod once per scheduling
 // cycle, nodes a block at a time, a signature of what decides the
 // verdicts) and Review. Data flows one way.
 //
 // Speed comes from decisions made when a template is compiled and a
-// constraint bound: inputs are converted to ast.Value once per request;
+// constraint bound: inputs are converted to ast.Value once per request
+// (a pod straight from its JSON with DecodePod, package internal/jsonvalue);
 // templates that cannot read the candidate node are evaluated once per pod
 // class and their verdict kept once per answer (Placement.Common), not once
 // per node; every deterministic template is memoised on a key made of

@@ -56,4 +56,14 @@
 // with both non-empty is rejected (the scheduler sends exactly one,
 // depending on nodeCacheCapable); duplicate node names are evaluated once and
 // answered once, at their first position, keeping the input order.
+//
+// Filter and prioritize read their ExtenderArgs without a typed Pod
+// (wire.go): the envelope is scanned directly when it is plain JSON
+// (encoding/json stays the reference, and reads whatever the scan is not
+// sure of, with its error messages), and the pod goes from its JSON straight
+// into the engine's values (opa.DecodePod). The pod's metadata the engine
+// reads itself is type-checked; its other fields reach templates as the
+// scheduler sent them, as the object of an admission review does (a field
+// of the wrong type deep in the spec is no longer a 400). Preempt, bind and
+// /debug/explain decode typed arguments.
 package server

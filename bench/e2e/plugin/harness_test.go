@@ -76,10 +76,11 @@ func profilesYAML(t *testing.T, ps ...profile) string {
 		out = append(out, map[string]any{
 			"schedulerName": p.name,
 			"plugins": map[string]any{
-				"preFilter": enabled(nil),
-				"filter":    enabled(nil),
-				"preScore":  enabled(nil),
-				"score":     enabled(map[string]any{"weight": 1}),
+				"preFilter":  enabled(nil),
+				"filter":     enabled(nil),
+				"postFilter": enabled(nil),
+				"preScore":   enabled(nil),
+				"score":      enabled(map[string]any{"weight": 1}),
 			},
 			"pluginConfig": []any{map[string]any{"name": "OPAGatekeeper", "args": args}},
 		})

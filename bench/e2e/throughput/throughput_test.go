@@ -325,6 +325,7 @@ const pluginProfile = `
   plugins:
     preFilter: {enabled: [{name: OPAGatekeeper}]}
     filter: {enabled: [{name: OPAGatekeeper}]}
+    postFilter: {enabled: [{name: OPAGatekeeper}]}
     preScore: {enabled: [{name: OPAGatekeeper}]}
     score: {enabled: [{name: OPAGatekeeper, weight: 1}]}
 `

@@ -51,6 +51,15 @@ type Args struct {
 	// PolicyPollInterval is how often the policy folder is scanned besides
 	// its file-system watch (default 250ms).
 	PolicyPollInterval Duration `json:"policyPollInterval,omitempty"`
+	// NodeMessages judges every node in Filter, so that each node a deny
+	// constraint forbids is reported in the pod's FailedScheduling event
+	// with the constraint's message. By default PreFilter hands the
+	// scheduler the nodes policy allows (when it allows some, not all) and
+	// the others are reported as "node(s) didn't satisfy plugin(s)
+	// [OPAGatekeeper]": the scheduler then never visits them, which is
+	// most of this plugin's cost on a cluster where policy denies many
+	// nodes.
+	NodeMessages bool `json:"nodeMessages,omitempty"`
 }
 
 // Duration is a time.Duration written as Go writes one ("250ms", "1m").

@@ -107,7 +107,7 @@ func BenchmarkCycle(b *testing.B) {
 					b.Fatalf("SignPod: %v", st)
 				}
 				state := framework.NewCycleState()
-				_, st := pl.PreFilter(ctx, state, p, infos)
+				res, st := pl.PreFilter(ctx, state, p, infos)
 				if !st.IsSuccess() && !st.IsSkip() {
 					b.Fatalf("PreFilter: %v", st)
 				}
@@ -117,8 +117,13 @@ func BenchmarkCycle(b *testing.B) {
 				}
 				passed := infos
 				if st.IsSuccess() {
+					// As the framework does: only the nodes PreFilter
+					// handed out, if it did.
 					passed = passed[:0:0]
 					for _, n := range infos {
+						if res != nil && !res.NodeNames.Has(n.Node().Name) {
+							continue
+						}
 						if pl.Filter(ctx, state, p, n).IsSuccess() {
 							passed = append(passed, n)
 						}

@@ -33,6 +33,11 @@ type Plugin struct {
 	metrics *profileMetrics
 	signed  atomic.Pointer[signedPod]
 	blocks  blockCache
+	// nodeMessages: every node is judged in Filter (no PreFilterResult of
+	// allowed nodes, see allowed.go); explained are the pods for which it
+	// is so after a cycle found no node.
+	nodeMessages bool
+	explained    explainedPods
 }
 
 // policy is the part of the engine the extension points use.
@@ -45,6 +50,7 @@ var (
 	_ policy                = (*opa.Engine)(nil)
 	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
 	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
 	_ fwk.PreScorePlugin    = (*Plugin)(nil)
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
@@ -70,7 +76,8 @@ func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	index := pl.index.of(nodes)
 	sig, signable := q.Signature()
 	shared := pl.blocks.of(sig, signable, index)
-	state.Write(stateKey, &cycleState{query: q, nodes: index, shared: shared, rebound: make([]block, len(shared.blocks)), infos: nodes})
+	s := &cycleState{query: q, nodes: index, shared: shared, rebound: make([]block, len(shared.blocks)), infos: nodes, signable: signable}
+	state.Write(stateKey, s)
 	if denied, msg := q.PodDenied(); denied {
 		pl.requeue.rejected(pod, false)
 		pl.metrics.rejectedPod(reasonDenied)
@@ -81,7 +88,18 @@ func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		// this plugin's Filter.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return nil, nil
+	res, err := pl.preFilterResult(ctx, s, pod)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if res != nil {
+		// Denied somewhere, without a Filter call to say so: remembered
+		// for a retry when the policy changes (requeue.go).
+		s.denied.Store(true)
+		s.restricted = true
+		pl.requeue.rejected(pod, false)
+	}
+	return res, nil
 }
 
 // prepare is the engine's PodQuery for the pod: the one SignPod made for

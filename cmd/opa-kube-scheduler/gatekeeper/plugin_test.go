@@ -3,6 +3,7 @@ package gatekeeper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -93,8 +95,11 @@ func nodeInfos(nodes []*v1.Node) []fwk.NodeInfo {
 // framework would collect them.
 type cycle struct {
 	preFilter *fwk.Status
-	denied    map[string]string // Filter's message per denied node
-	scores    map[string]int64  // Score per node that passed (nil: PreScore skipped)
+	// result is PreFilter's node set (nil: all nodes). Filter is still
+	// called on every node, so that tests see each node's verdict.
+	result *fwk.PreFilterResult
+	denied map[string]string // Filter's message per denied node
+	scores map[string]int64  // Score per node that passed (nil: PreScore skipped)
 }
 
 func runCycle(t *testing.T, pl *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) cycle {
@@ -102,7 +107,7 @@ func runCycle(t *testing.T, pl *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) cycle
 	ctx := context.Background()
 	state := framework.NewCycleState()
 	var c cycle
-	if _, c.preFilter = pl.PreFilter(ctx, state, pod, nodes); !c.preFilter.IsSuccess() && !c.preFilter.IsSkip() {
+	if c.result, c.preFilter = pl.PreFilter(ctx, state, pod, nodes); !c.preFilter.IsSuccess() && !c.preFilter.IsSkip() {
 		return c
 	}
 	c.denied = map[string]string{}
@@ -157,6 +162,7 @@ func TestEnforcementTable(t *testing.T) {
 			if !c.preFilter.IsSuccess() {
 				t.Fatalf("PreFilter: %v", c.preFilter)
 			}
+			checkAllowedNodes(t, c, nodes)
 			for n, want := range tc.Want {
 				if got := c.denied[n]; got != want.Denied {
 					t.Errorf("node %s: deny message %q, want %q", n, got, want.Denied)
@@ -173,6 +179,86 @@ func TestEnforcementTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkAllowedNodes: PreFilter's node set is exactly the nodes Filter
+// passes, when Filter denies some but not all; else there is none, and
+// Filter says why for each node.
+func checkAllowedNodes(t *testing.T, c cycle, nodes []fwk.NodeInfo) {
+	t.Helper()
+	passed := sets.New[string]()
+	for _, n := range nodes {
+		if _, denied := c.denied[n.Node().Name]; !denied {
+			passed.Insert(n.Node().Name)
+		}
+	}
+	some := len(c.denied) > 0 && passed.Len() > 0
+	switch {
+	case some && c.result == nil:
+		t.Errorf("Filter denies %d nodes and passes %d, but PreFilter handed out no node set", len(c.denied), passed.Len())
+	case !some && c.result != nil:
+		t.Errorf("PreFilter handed out %v, but Filter denies %d nodes and passes %d", sets.List(c.result.NodeNames), len(c.denied), passed.Len())
+	case c.result != nil && !c.result.NodeNames.Equal(passed):
+		t.Errorf("PreFilter's nodes %v, Filter passes %v", sets.List(c.result.NodeNames), sets.List(passed))
+	}
+}
+
+// TestNodeMessagesArg: with nodeMessages, PreFilter hands out no node set,
+// so that every denied node is judged in Filter with its message.
+func TestNodeMessagesArg(t *testing.T) {
+	table, engine := tableEngine(t)
+	pl := testPlugin(engine)
+	pl.nodeMessages = true
+	nodes := nodeInfos(table.NodeObjects())
+	denials := 0
+	for _, tc := range table.Cases {
+		c := runCycle(t, pl, tc.PodObject(), nodes)
+		if c.result != nil {
+			t.Errorf("%s: PreFilter handed out %v with nodeMessages", tc.Name, sets.List(c.result.NodeNames))
+		}
+		denials += len(c.denied)
+	}
+	if denials == 0 {
+		t.Error("no case denies a node: the test shows nothing")
+	}
+}
+
+// TestPostFilterExplains: a pod that found no node among those PreFilter
+// handed out is activated once, and its next cycle judges every node in
+// Filter, so that the event can name each denied node's constraint.
+func TestPostFilterExplains(t *testing.T) {
+	table, engine := tableEngine(t)
+	pl := testPlugin(engine)
+	act := &fakeActivator{}
+	pl.requeue.activator = act
+	nodes := nodeInfos(table.NodeObjects())
+	ctx := context.Background()
+	for _, tc := range table.Cases {
+		pod := tc.PodObject()
+		state := framework.NewCycleState()
+		res, st := pl.PreFilter(ctx, state, pod, nodes)
+		if res == nil || !st.IsSuccess() {
+			continue // denied nowhere, or everywhere: nothing handed out
+		}
+		if _, st := pl.PostFilter(ctx, state, pod, nil); st.Code() != fwk.Unschedulable {
+			t.Errorf("%s: PostFilter %v, want Unschedulable (it finds no room itself)", tc.Name, st)
+		}
+		if got := act.activated(); !slices.Contains(got, pod.Namespace+"/"+pod.Name) {
+			t.Fatalf("%s: activated %v, want the pod", tc.Name, got)
+		}
+		if res, _ := pl.PreFilter(ctx, framework.NewCycleState(), pod, nodes); res != nil {
+			t.Errorf("%s: the next cycle handed out %v again", tc.Name, sets.List(res.NodeNames))
+		}
+		before := len(act.activated())
+		state = framework.NewCycleState()
+		pl.PreFilter(ctx, state, pod, nodes)
+		pl.PostFilter(ctx, state, pod, nil)
+		if len(act.activated()) != before {
+			t.Errorf("%s: activated again after a cycle that judged every node", tc.Name)
+		}
+		return
+	}
+	t.Fatal("no case is denied on some nodes only: the test shows nothing")
 }
 
 // TestNodesTheEngineHasNotSeen: a node in the scheduler's snapshot that

@@ -37,6 +37,9 @@ type cycleState struct {
 	infos []fwk.NodeInfo
 	// denied is set by the first Filter call that denies a node.
 	denied atomic.Bool
+	// signable: shared holds the blocks of the pod's signature, not the
+	// cycle's own; restricted: PreFilter handed out the allowed nodes.
+	signable, restricted bool
 }
 
 // block is the verdict on one block of nodes, and the query it answers.
@@ -78,6 +81,8 @@ type classBlocks struct {
 	signature string
 	index     *nodeIndex
 	blocks    []block
+	// allowed is the nodes policy allows the class (allowed.go).
+	allowed allowedNodes
 }
 
 // maxClasses bounds the signatures whose blocks are kept: a few

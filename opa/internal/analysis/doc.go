@@ -33,9 +33,19 @@
 //     flow.go for the rules that make this sound, and what falls back;
 //   - Guards (guard.go) are the tests of the review against constants that
 //     every violation rule begins with: a review failing one of each rule
-//     has an empty violation set, so the engine need not evaluate it.
+//     has an empty violation set, so the engine need not evaluate it;
+//   - a read through a list element (`c := input.review.object.spec.containers[_]`,
+//     then `c.image`) records the list's length and the path below each
+//     element (Each), so that `c.name`, only printed, can leave the key; the
+//     library's sets over several lists (input_containers) are followed into
+//     each list (lists.go);
+//   - a body that iterates a constant empty collection (the library's
+//     is_exempt with no exemptImages) after harmless expressions never
+//     succeeds: its reads are dropped (dead.go).
 //
-// A known imprecision: a read through a list element
-// (`c := input.review.object.spec.containers[_]; c.name`) records the whole
-// list, so printed element values stay in the key.
+// Known imprecisions, each costing evaluations, never verdicts: a list
+// iterated through a variable key of an object (`spec[field][_]`), or
+// inside an element (`c.ports[_]`), is read whole; a key that is a
+// constant with several possible values (`ctr[probe]`, probe from a
+// parameter list) reads the whole element.
 package analysis
