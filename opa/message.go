@@ -27,12 +27,36 @@ type placeholders struct {
 	prefix string
 	mu     sync.Mutex
 	byPath map[string]int
+	// byElement are the paths of element i of the list a path through
+	// analysis.Each names (its own index), found without rendering them.
+	byElement map[[2]int]elementSlot
+}
+
+type elementSlot struct {
+	index int
+	text  string
 }
 
 func newPlaceholders() *placeholders {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &placeholders{prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byPath: map[string]int{}}
+	return &placeholders{prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byPath: map[string]int{}, byElement: map[[2]int]elementSlot{}}
+}
+
+// ofElement is of for element i of the list the printed path each names
+// (concrete builds that element's path, on first need only).
+func (ph *placeholders) ofElement(each, i int, concrete func() []*ast.Term) (int, string) {
+	ph.mu.Lock()
+	e, ok := ph.byElement[[2]int{each, i}]
+	ph.mu.Unlock()
+	if ok {
+		return e.index, e.text
+	}
+	idx, text := ph.of(analysis.Input, concrete())
+	ph.mu.Lock()
+	ph.byElement[[2]int{each, i}] = elementSlot{idx, text}
+	ph.mu.Unlock()
+	return idx, text
 }
 
 // of gives the placeholder index and text of a path (root-qualified).

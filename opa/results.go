@@ -135,19 +135,34 @@ func (r *request) placeEach(v *podView, review ast.Value, m msgSlot) ast.Value {
 		v.key = append(v.key, lookupInput(r.podReview, m.path))
 		return review
 	}
+	// The list as review holds it now (another printed path may have put
+	// placeholders into it already): each element is replaced below it,
+	// and the list once, so the path above it is rebuilt once.
+	cur, _ := lookup(review, list[1:]).Value.(*ast.Array)
+	elems := make([]*ast.Term, arr.Len())
+	for i := range elems {
+		elems[i] = cur.Elem(i)
+	}
 	entries := make([]*ast.Term, arr.Len())
+	placed := false
 	for i := range entries {
-		concrete := make([]*ast.Term, 0, len(m.path))
-		concrete = append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
-		s, ok := substitutableAt(r.podReview.Value, concrete[1:], m.quote)
+		s, ok := substitutableAt(arr.Elem(i).Value, rest, m.quote)
 		if !ok {
 			entries[i] = lookup(arr.Elem(i).Value, rest)
 			continue
 		}
-		idx, text := r.e.ph.of(analysis.Input, concrete)
-		review, _ = setPath(review, concrete[1:], ast.StringTerm(text))
+		idx, text := r.e.ph.ofElement(m.index, i, func() []*ast.Term {
+			concrete := make([]*ast.Term, 0, len(m.path))
+			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
+		})
+		nv, _ := setPath(elems[i].Value, rest, ast.StringTerm(text))
+		elems[i] = ast.NewTerm(nv)
 		entries[i] = placeholderKey
 		v.bind = append(v.bind, newBinding(idx, s))
+		placed = true
+	}
+	if placed {
+		review, _ = setPath(review, list[1:], ast.ArrayTerm(elems...))
 	}
 	v.key = append(v.key, ast.ArrayTerm(entries...))
 	return review

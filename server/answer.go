@@ -2,10 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -33,6 +35,30 @@ type failedNode struct {
 	reason    string
 	placement *opa.Placement
 	index     int
+}
+
+// priorityAnswer is a HostPriorityList written without reflection (for
+// 1000 hosts encoding/json's walk was a tenth of a prioritize call): the
+// same bytes as encoding/json writes, which TestPriorityAnswerIsEncodingJSON
+// checks.
+type priorityAnswer extenderv1.HostPriorityList
+
+func (a priorityAnswer) appendJSON(b []byte) ([]byte, error) {
+	if a == nil {
+		return append(b, "null\n"...), nil
+	}
+	b = append(b, '[')
+	for i, h := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"Host":`...)
+		b = appendJSONString(b, h.Host)
+		b = append(b, `,"Score":`...)
+		b = strconv.AppendInt(b, h.Score, 10)
+		b = append(b, '}')
+	}
+	return append(b, "]\n"...), nil
 }
 
 // appendJSON appends the answer and the newline json.Encoder ends with.

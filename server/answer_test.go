@@ -63,6 +63,20 @@ func FuzzAppendJSONString(f *testing.F) {
 	f.Fuzz(checkJSONString)
 }
 
+func TestPriorityAnswerIsEncodingJSON(t *testing.T) {
+	for _, list := range []extenderv1.HostPriorityList{
+		nil, {}, {{Host: "n-1", Score: 10}}, {{Host: `q"uote\`, Score: 0}, {Host: "ünï 日本\u2028", Score: -3}, {Host: "", Score: 1 << 40}},
+	} {
+		got, err := priorityAnswer(list).appendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := stdJSON(t, list); !bytes.Equal(got, want) {
+			t.Errorf("priorityAnswer(%v) = %s, encoding/json writes %s", list, got, want)
+		}
+	}
+}
+
 func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	deny := func(msgs ...string) *opa.Placement {
 		var own []opa.Violation

@@ -190,7 +190,7 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.metrics.countDecisions(verbPrioritize, p)
-	s.finish(w, r, c, out, nil, prioritizeError)
+	s.finish(w, r, c, priorityAnswer(out), nil, prioritizeError)
 }
 
 func clampScore(x int64) int64 {
