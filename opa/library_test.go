@@ -186,6 +186,51 @@ func TestLibraryGuards(t *testing.T) {
 	}
 }
 
+// librarySamplePods are the Pods among the library's samples (allowed and
+// disallowed examples), in namespace default when they name none.
+func librarySamplePods(t *testing.T) []map[string]any {
+	t.Helper()
+	var samples []map[string]any
+	files, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "samples", "*", "example_*.yaml"))
+	for _, f := range files {
+		for _, o := range load(t, f) {
+			if o.GetKind() == "Pod" {
+				if o.GetNamespace() == "" {
+					o.SetNamespace("default")
+				}
+				samples = append(samples, o.Object)
+			}
+		}
+	}
+	if len(samples) < 50 {
+		t.Fatalf("%d sample pods, want the library's", len(samples))
+	}
+	return samples
+}
+
+// renamed is a copy of pod p with the pod and every container renamed, as
+// a new Job's pod is.
+func renamed(p map[string]any, k int) map[string]any {
+	c := runtime.DeepCopyJSON(p)
+	md := c["metadata"].(map[string]any)
+	md["name"] = fmt.Sprintf("%v-job-%d", md["name"], k)
+	eachContainer(c, func(m map[string]any) { m["name"] = fmt.Sprintf("%v-job-%d", m["name"], k) })
+	return c
+}
+
+// eachContainer calls f on every container, init and ephemeral container.
+func eachContainer(pod map[string]any, f func(map[string]any)) {
+	spec, _ := pod["spec"].(map[string]any)
+	for _, list := range []string{"containers", "initContainers", "ephemeralContainers"} {
+		cs, _ := spec[list].([]any)
+		for _, x := range cs {
+			if m, ok := x.(map[string]any); ok {
+				f(m)
+			}
+		}
+	}
+}
+
 // TestLibraryListElements runs the library's sample Pods, and the same
 // pods with every container renamed (as a new Job's pods are), through the
 // memoised engine and one without memo: the same violations, and the
@@ -204,36 +249,7 @@ func TestLibraryListElements(t *testing.T) {
 		apply(t, en, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
 	}
 	cands := []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
-	var samples []map[string]any
-	files, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "samples", "*", "example_*.yaml"))
-	for _, f := range files {
-		for _, o := range load(t, f) {
-			if o.GetKind() == "Pod" {
-				if o.GetNamespace() == "" {
-					o.SetNamespace("default")
-				}
-				samples = append(samples, o.Object)
-			}
-		}
-	}
-	if len(samples) < 50 {
-		t.Fatalf("%d sample pods, want the library's", len(samples))
-	}
-	renamed := func(p map[string]any, k int) map[string]any {
-		c := runtime.DeepCopyJSON(p)
-		md := c["metadata"].(map[string]any)
-		md["name"] = fmt.Sprintf("%v-job-%d", md["name"], k)
-		spec, _ := c["spec"].(map[string]any)
-		for _, list := range []string{"containers", "initContainers", "ephemeralContainers"} {
-			cs, _ := spec[list].([]any)
-			for _, x := range cs {
-				if m, ok := x.(map[string]any); ok {
-					m["name"] = fmt.Sprintf("%v-job-%d", m["name"], k)
-				}
-			}
-		}
-		return c
-	}
+	samples := librarySamplePods(t)
 	reEvaluated := map[string]int{}
 	judge := func(p map[string]any, count bool) {
 		got, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands, Explain: count})
@@ -268,15 +284,7 @@ func TestLibraryListElements(t *testing.T) {
 	// whatever does is evaluated again. Verdicts as without memo.
 	for _, p := range samples {
 		c := renamed(p, 2)
-		spec, _ := c["spec"].(map[string]any)
-		for _, list := range []string{"containers", "initContainers", "ephemeralContainers"} {
-			cs, _ := spec[list].([]any)
-			for _, x := range cs {
-				if m, ok := x.(map[string]any); ok {
-					m["image"] = fmt.Sprintf("%v-rebuilt", m["image"])
-				}
-			}
-		}
+		eachContainer(c, func(m map[string]any) { m["image"] = fmt.Sprintf("%v-rebuilt", m["image"]) })
 		judge(c, false)
 	}
 	// The templates that still re-evaluate, and why (their /debug/explain
