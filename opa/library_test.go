@@ -112,6 +112,41 @@ func libraryObjects(t *testing.T) []*unstructured.Unstructured {
 	return unique
 }
 
+// libraryEngines are the library in an engine and in one without memo
+// (the reference), both with nodes n1 (pool a) and n2, and those as
+// candidates.
+func libraryEngines(t *testing.T) (memo, ref *opa.Engine, cands []opa.Candidate) {
+	t.Helper()
+	objs := libraryObjects(t)
+	memo = newEngine(t, opa.Options{})
+	ref = newEngine(t, opa.Options{DisableMemo: true})
+	for _, e := range []*opa.Engine{memo, ref} {
+		apply(t, e, objs...)
+		apply(t, e, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
+	}
+	return memo, ref, []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
+}
+
+// judgeAsReference evaluates pod on both engines, fails t where their
+// violations differ, and returns the memoised engine's placement.
+func judgeAsReference(t *testing.T, memo, ref *opa.Engine, pod map[string]any, cands []opa.Candidate, explain bool) *opa.Placement {
+	t.Helper()
+	got, err := memo.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands, Explain: explain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cands {
+		if g, w := got.Violations(i), want.Violations(i); !reflect.DeepEqual(g, w) {
+			t.Errorf("pod %v on %s:\n memo    %+v\n no memo %+v", pod["metadata"], cands[i].Name, g, w)
+		}
+	}
+	return got
+}
+
 // TestLibraryGuards lists the library templates whose violation rules all
 // begin with a test of the review (the kind, the object's name), and
 // checks that pods failing them are answered without evaluating them, and
@@ -120,12 +155,7 @@ func TestLibraryGuards(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
-	objs := libraryObjects(t)
-	e := newEngine(t, opa.Options{})
-	apply(t, e, objs...)
-	ref := newEngine(t, opa.Options{DisableMemo: true})
-	apply(t, ref, objs...)
-
+	e, ref, cands := libraryEngines(t)
 	want := map[string][]string{
 		"K8sBlockEndpointEditDefaultRole": {`input.review.object.metadata.name == "system:aggregate-to-edit"`},
 		"K8sUniqueIngressHost":            {`input.review.kind.kind == "Ingress"`},
@@ -145,23 +175,8 @@ func TestLibraryGuards(t *testing.T) {
 	}
 
 	pods := []map[string]any{pod("default", "web-1"), pod("default", "system:aggregate-to-edit")}
-	apply(t, e, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
-	apply(t, ref, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
-	cands := []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
 	for _, pod := range pods {
-		p, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands, Explain: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: pod, Candidates: cands})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range cands {
-			if g, w := p.Violations(i), pr.Violations(i); !reflect.DeepEqual(g, w) {
-				t.Errorf("pod %v on %s: violations %+v, without guards and memo %+v", pod["metadata"], cands[i].Name, g, w)
-			}
-		}
+		p := judgeAsReference(t, e, ref, pod, cands, true)
 		// Every matched guarded template is skipped for a Pod (they serve
 		// other kinds), but the role's is evaluated for a pod that bears
 		// the role's name.
@@ -240,31 +255,12 @@ func TestLibraryListElements(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
+	e, ref, cands := libraryEngines(t)
 	objs := libraryObjects(t)
-	e := newEngine(t, opa.Options{})
-	apply(t, e, objs...)
-	ref := newEngine(t, opa.Options{DisableMemo: true})
-	apply(t, ref, objs...)
-	for _, en := range []*opa.Engine{e, ref} {
-		apply(t, en, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
-	}
-	cands := []opa.Candidate{{Name: "n1"}, {Name: "n2"}}
 	samples := librarySamplePods(t)
 	reEvaluated := map[string]int{}
 	judge := func(p map[string]any, count bool) {
-		got, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands, Explain: count})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range cands {
-			if g, w := got.Violations(i), want.Violations(i); !reflect.DeepEqual(g, w) {
-				t.Errorf("pod %v on %s:\n memo    %+v\n no memo %+v", p["metadata"], cands[i].Name, g, w)
-			}
-		}
+		got := judgeAsReference(t, e, ref, p, cands, count)
 		if count {
 			for _, tr := range got.Nodes[0].Explain {
 				if !tr.Memoised && tr.NotEvaluated == "" {
