@@ -69,10 +69,12 @@ type Engine struct {
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[snapshot]
 	// memo holds verdicts for every constraint, each under its owner id.
-	memo   *memo.Memo[[]result]
-	names  *memo.Names
-	ph     *placeholders
-	owners atomic.Uint64
+	memo  *memo.Memo[[]result]
+	names *memo.Names
+	ph    *placeholders
+	// keyPaths numbers the input paths of memo keys (keyPathRegistry).
+	keyPaths keyPathRegistry
+	owners   atomic.Uint64
 
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex
@@ -147,6 +149,10 @@ type boundConstraint struct {
 	// keyInputPaths are the input paths of the memo key (parameters are
 	// constant per constraint and left out).
 	keyInputPaths [][]*ast.Term
+	// keyPathIDs number keyInputPaths in the engine's registry of key
+	// paths, so that a request looks each path up once for all the
+	// constraints that read it (request.keyCache).
+	keyPathIDs []int
 	// podMsgs and nodeMsgs are the printed paths of the pod's review and
 	// of the node; nameMsg the candidate's name when it is printed.
 	podMsgs, nodeMsgs []msgSlot
@@ -173,6 +179,7 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 			continue
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
+		bc.keyPathIDs = append(bc.keyPathIDs, e.keyPaths.id(p))
 	}
 	for _, m := range bc.analysis.Messages {
 		idx, text := e.ph.of(m.Root, m.Path)

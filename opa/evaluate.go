@@ -3,6 +3,7 @@ package opa
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -290,6 +291,9 @@ type request struct {
 	slotValues []ast.Value
 	slotNums   []int32 // the slots' numbers in the engine's Names
 	numGen     uint64
+	// keyCache holds the pod review's values at key paths, by
+	// keyPathRegistry number.
+	keyCache []*ast.Term
 	// counters, added to the engine's once per request
 	hits, misses, evals uint64
 }
@@ -565,14 +569,55 @@ func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d t
 // the template reads more of the inventory than the candidate node.
 func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *ast.Array {
 	terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+len(pod.key)+1)
-	for _, path := range bc.keyInputPaths {
-		terms = append(terms, lookupInput(review, path))
+	for k, path := range bc.keyInputPaths {
+		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, path))
 	}
 	terms = append(terms, pod.key...)
 	if bc.analysis.InventoryOther {
 		terms = append(terms, r.invGen)
 	}
 	return ast.NewArray(terms...)
+}
+
+// keyValue is the value at path in review: looked up once per request in
+// the pod's own review (the constraints of a library read the same paths,
+// containers[_].image in a dozen of them), every time in a node's.
+func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term {
+	if review != r.podReview {
+		return lookupInput(review, path)
+	}
+	if id < len(r.keyCache) {
+		if t := r.keyCache[id]; t != nil {
+			return t
+		}
+	} else {
+		r.keyCache = append(r.keyCache, make([]*ast.Term, id+1-len(r.keyCache))...)
+	}
+	t := lookupInput(review, path)
+	r.keyCache[id] = t
+	return t
+}
+
+// keyPathRegistry numbers key paths by their rendering. It only grows:
+// a path is a few bytes, and templates reuse the same paths.
+type keyPathRegistry struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (k *keyPathRegistry) id(path []*ast.Term) int {
+	s := analysis.PathString(path)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ids == nil {
+		k.ids = map[string]int{}
+	}
+	id, ok := k.ids[s]
+	if !ok {
+		id = len(k.ids)
+		k.ids[s] = id
+	}
+	return id
 }
 
 // nodePrinted are a node's values printed by one constraint, ready to be
