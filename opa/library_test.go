@@ -287,9 +287,9 @@ func TestLibraryListElements(t *testing.T) {
 	// reads): container names in conditions or annotation keys (AppArmor,
 	// seccomp, SELinux, procMount, allowed users through a function with
 	// several definitions), or a container used whole (passed to a builtin,
-	// compared, iterated twice: ports, probes, resources and the example's
+	// compared, iterated twice: ports, resources and the example's
 	// privileged pool). Each was re-evaluated before the element-wise reads
-	// too; the other 13 library templates that print container names
+	// too; the other 14 library templates that print container names
 	// (allowed and disallowed repos and tags, image digests, privileged,
 	// capabilities, host filesystem, read-only root filesystem, ...) no
 	// longer are.
@@ -298,7 +298,7 @@ func TestLibraryListElements(t *testing.T) {
 		"K8sContainerRequests": true, "K8sPSPAllowedUsers": true, "K8sPSPAppArmor": true,
 		"K8sPSPAutomountServiceAccountTokenPod": true, "K8sPSPHostNetworkingPorts": true, "K8sPSPProcMount": true,
 		"K8sPSPSELinuxV2": true, "K8sPSPSeccomp": true, "K8sPSPSeccompV2": true, "K8sPrivilegedNodePool": true,
-		"K8sRequiredProbes": true, "K8sRequiredResources": true,
+		"K8sRequiredResources": true,
 	}
 	kinds := make([]string, 0, len(reEvaluated))
 	for k, n := range reEvaluated {

@@ -26,6 +26,11 @@ func (o origin) extend(ts ...*ast.Term) origin {
 		if o.value == nil {
 			return o
 		}
+		if !o.exact {
+			// An element of the constant o.value, not o.value itself:
+			// below it nothing is known.
+			return origin{root: rootConst, below: o.below + len(ts)}
+		}
 		v, ok := find(o.value, ts)
 		if !ok {
 			return origin{root: rootConst, exact: o.exact}
@@ -403,6 +408,9 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 			if o, ok := z.each(base, rest, i, env, depth); ok {
 				return o
 			}
+			if o, ok := z.fanOut(base, rest, i, env, depth); ok {
+				return o
+			}
 			for _, kk := range rest[i:] {
 				z.walk(kk, env, depth)
 			}
@@ -437,6 +445,51 @@ func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]or
 	z.walk(rest[i], env, depth)
 	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), list...), Each, Len), exact: true})
 	return z.follow(origin{root: Input, path: append(list, Each), exact: true}, rest[i+1:], env, depth), true
+}
+
+// maxFanOut bounds the constant keys fanOut reads one by one.
+const maxFanOut = 16
+
+// fanOut reads base[k] where the key k is an element of a constant list
+// (`probe := input.parameters.probes[_]`, then `ctr[probe]`): as each of
+// the list's values, read whole, instead of the whole of base. Everything
+// derived from base[k] is then a function of those values, so the origin
+// returned is an untracked constant: nothing read through it adds to the
+// key.
+func (z *analyzer) fanOut(base origin, rest []*ast.Term, i int, env map[ast.Var]origin, depth int) (origin, bool) {
+	v, isVar := rest[i].Value.(ast.Var)
+	if !isVar || base.root == rootConst {
+		return origin{}, false
+	}
+	k, ok := env[v]
+	if !ok || k.root != rootConst || k.exact || k.below != 1 {
+		return origin{}, false
+	}
+	var values []*ast.Term
+	switch c := k.value.(type) {
+	case *ast.Array:
+		c.Foreach(func(t *ast.Term) { values = append(values, t) })
+	case ast.Set:
+		c.Foreach(func(t *ast.Term) { values = append(values, t) })
+	default:
+		return origin{}, false
+	}
+	if len(values) == 0 || len(values) > maxFanOut {
+		return origin{}, false
+	}
+	for _, t := range values {
+		switch t.Value.(type) {
+		case ast.String, ast.Number, ast.Boolean:
+		default:
+			return origin{}, false
+		}
+	}
+	at := base.extend(rest[:i]...)
+	for _, t := range values {
+		o := z.follow(at.extend(t), rest[i+1:], env, depth)
+		z.read(o)
+	}
+	return origin{root: rootConst}, true
 }
 
 // nodesPath is where Gatekeeper's sync puts Nodes, below data.inventory.
@@ -762,7 +815,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 				if !ok {
 					continue
 				}
-				if !o.exact {
+				if !o.exact && o.root != rootConst {
 					z.read(o)
 					continue
 				}

@@ -41,11 +41,12 @@
 //     each list (lists.go);
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
-//     succeeds: its reads are dropped (dead.go).
+//     succeeds: its reads are dropped (dead.go);
+//   - a key that is an element of a constant list (`ctr[probe]`, probe from
+//     a parameter list) reads each of the list's values, not the whole of
+//     ctr (fanOut).
 //
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object (`spec[field][_]`), or
-// inside an element (`c.ports[_]`), is read whole; a key that is a
-// constant with several possible values (`ctr[probe]`, probe from a
-// parameter list) reads the whole element.
+// inside an element (`c.ports[_]`), is read whole.
 package analysis

@@ -19,8 +19,8 @@ const (
 // element or the list otherwise keeps the list whole.
 func TestAnalyzeLists(t *testing.T) {
 	cases := []struct {
-		name, rego string
-		reads      []string
+		name, rego, params string
+		reads              []string
 	}{
 		{
 			name:  "one field read, the name printed",
@@ -63,6 +63,23 @@ func TestAnalyzeLists(t *testing.T) {
 			reads: []string{"input.review.object.spec"},
 		},
 		{
+			name:   "a key from a parameter list: each of its values",
+			rego:   "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nprobe := input.parameters.probes[_]\nnot c[probe]\nmsg := sprintf(\"%v has no %v\", [c.name, probe])\n}",
+			params: `{"probes": ["livenessProbe", "readinessProbe"]}`,
+			reads:  []string{containers + "[_].(count)", containers + "[_].livenessProbe", containers + "[_].readinessProbe", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "a key from a parameter list not known (the template alone): the element whole",
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nprobe := input.parameters.probes[_]\nnot c[probe]\nmsg := sprintf(\"%v has no %v\", [c.name, probe])\n}",
+			reads: []string{containers + "[_]", "input.parameters.probes[_]"},
+		},
+		{
+			name:   "an element of a constant object is not the object: its keys are unknown",
+			rego:   "violation contains {\"msg\": \"x\"} if {\n" + nodeRef + "\np := input.parameters.obj[_]\nnode.metadata.labels[p.key] == \"y\"\n}",
+			params: `{"obj": {"key": "zone", "a": {"key": "rack"}}}`,
+			reads:  []string{"node.metadata.labels"},
+		},
+		{
 			name:  "a ground index is a path of its own",
 			rego:  "violation contains {\"msg\": msg} if {\n" + containers + "[0].image == \"x\"\nc := " + containers + "[_]\nmsg := sprintf(\"%v\", [c.name])\n}",
 			reads: []string{containers + "[0].image", containers + "[_].(count)", containers + "[_].name (message only)"},
@@ -75,7 +92,7 @@ func TestAnalyzeLists(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a := analyze(t, tc.rego, "")
+			a := analyze(t, tc.rego, tc.params)
 			got, want := a.Describe(), slices.Clone(tc.reads)
 			slices.Sort(got)
 			slices.Sort(want)
