@@ -19,6 +19,7 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 )
 
 // manifests are the deploy/ files a user applies; the ServiceMonitor needs
@@ -72,16 +73,16 @@ func TestManifestsAndLeastPrivilege(t *testing.T) {
 	for i, f := range manifests {
 		if i == 1 {
 			// The namespace dry-ran; namespaced objects need it for real.
-			createNamespace(t, c, "opa-scheduler-extender", nil)
+			harness.CreateNamespace(t, c, "opa-scheduler-extender", nil)
 		}
-		for _, u := range readObjects(t, f) {
+		for _, u := range harness.ReadObjects(t, f) {
 			if err := createObject(t, c, m, u, true); err != nil {
 				t.Errorf("%s: %s %s refused by the API server: %v", f, u.GetKind(), u.GetName(), err)
 			}
 		}
 	}
 	// The RBAC for real, then the service under its ServiceAccount.
-	for _, u := range readObjects(t, "deploy/base/rbac.yaml") {
+	for _, u := range harness.ReadObjects(t, "deploy/base/rbac.yaml") {
 		if err := createObject(t, c, m, u, false); err != nil {
 			t.Fatalf("rbac: %v", err)
 		}
@@ -90,16 +91,16 @@ func TestManifestsAndLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": nil})
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
 
 	svc := startService(t, c, serviceOptions{Config: cfg})
 	sched := c.StartScheduler(t, cluster.SchedulerOptions{Extenders: []configv1.Extender{extender(svc.URL, true, true)}, ExtraConfig: fastRetries})
 	defer sched.Stop()
-	createPod(t, c, cluster.PausePod("alpha", "under-least-privilege", nil))
-	if n := boundNode(t, c, "alpha", "under-least-privilege", 30*time.Second); n != "alpha-1" {
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "under-least-privilege", nil))
+	if n := harness.BoundNode(t, c, "alpha", "under-least-privilege", 30*time.Second); n != "alpha-1" {
 		t.Errorf("bound to %s, want alpha-1", n)
 	}
 	if got := metricValue(t, svc.URL, `opa_scheduler_extender_request_duration_seconds_count{result="ok",verb="bind"}`); got < 1 {

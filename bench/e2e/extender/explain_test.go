@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 )
 
 // TestExplainCommand runs `opa-scheduler-extender explain` against the
@@ -18,14 +19,14 @@ import (
 // node; --input prints the review a template sees.
 func TestExplainCommand(t *testing.T) {
 	c := newCluster(t)
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNodes(t, c, map[string]map[string]string{
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNodes(t, c, map[string]map[string]string{
 		"alpha-1": {"tenant": "alpha", "topology.kubernetes.io/zone": "zone-a"},
 		"beta-1":  {"tenant": "beta", "topology.kubernetes.io/zone": "zone-a"},
 	})
-	tmpl, con := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tmpl, con)
-	createPod(t, c, cluster.PausePod("alpha", "web-1", nil)) // no scheduler runs: it stays pending
+	tmpl, con := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tmpl, con)
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "web-1", nil)) // no scheduler runs: it stays pending
 	bin, err := cluster.BuildExtender(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

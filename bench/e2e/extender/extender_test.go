@@ -25,30 +25,31 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 )
 
 func TestPlacementThroughTheScheduler(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNamespace(t, c, "shared", nil)
-	createNodes(t, c, map[string]map[string]string{
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNamespace(t, c, "shared", nil)
+	harness.CreateNodes(t, c, map[string]map[string]string{
 		"alpha-1":   {"tenant": "alpha", "topology.kubernetes.io/zone": "zone-b"},
 		"beta-1":    {"tenant": "beta", "topology.kubernetes.io/zone": "zone-a"},
 		"general-a": {"topology.kubernetes.io/zone": "zone-a"},
 		"general-b": {"topology.kubernetes.io/zone": "zone-b"},
 	})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	prefT, prefC := examplePolicy(t, "node-preference")
-	installPolicy(t, c, tenantT, tenantC)
-	installPolicy(t, c, prefT, prefC)
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	prefT, prefC := harness.ExamplePolicy(t, "node-preference")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
+	harness.InstallPolicy(t, c, prefT, prefC)
 	// A dryrun constraint that would push the same pods the other way: it
 	// must change nothing.
 	dry := prefC.DeepCopy()
 	dry.SetName("dryrun-prefer-zone-b")
 	dry.SetAnnotations(nil)
 	unstructured.SetNestedStringSlice(dry.Object, []string{"zone-b"}, "spec", "parameters", "values")
-	createConstraint(t, c, dry)
+	harness.CreateConstraint(t, c, dry)
 
 	svc := startService(t, c, serviceOptions{})
 	for _, nodeCache := range []bool{true, false} {
@@ -59,14 +60,14 @@ func TestPlacementThroughTheScheduler(t *testing.T) {
 			p := strings.ToLower(name)
 
 			start := time.Now()
-			createPod(t, c, cluster.PausePod("alpha", p+"-tenant", nil))
-			if n := boundNode(t, c, "alpha", p+"-tenant", 30*time.Second); n != "alpha-1" {
+			harness.CreatePod(t, c, cluster.PausePod("alpha", p+"-tenant", nil))
+			if n := harness.BoundNode(t, c, "alpha", p+"-tenant", 30*time.Second); n != "alpha-1" {
 				t.Errorf("tenant pod on %s, want alpha-1", n)
 			}
 			t.Logf("tenant pod bound %v after creation", time.Since(start).Round(time.Millisecond))
 
-			createPod(t, c, cluster.PausePod("shared", p+"-shared", nil))
-			if n := boundNode(t, c, "shared", p+"-shared", 30*time.Second); n != "general-a" && n != "general-b" {
+			harness.CreatePod(t, c, cluster.PausePod("shared", p+"-shared", nil))
+			if n := harness.BoundNode(t, c, "shared", p+"-shared", 30*time.Second); n != "general-a" && n != "general-b" {
 				t.Errorf("shared pod on %s, want a general node", n)
 			}
 
@@ -74,8 +75,8 @@ func TestPlacementThroughTheScheduler(t *testing.T) {
 			// zone-a node it may use; the dryrun constraint is ignored.
 			for i := 0; i < 3; i++ {
 				pod := withLabels(cluster.PausePod("shared", p+"-prefer-"+string(rune('a'+i)), nil), map[string]string{"prefer-zone": "a"})
-				createPod(t, c, pod)
-				if n := boundNode(t, c, "shared", pod.Name, 30*time.Second); n != "general-a" {
+				harness.CreatePod(t, c, pod)
+				if n := harness.BoundNode(t, c, "shared", pod.Name, 30*time.Second); n != "general-a" {
 					t.Errorf("pod preferring zone-a on %s, want general-a", n)
 				}
 			}
@@ -83,12 +84,12 @@ func TestPlacementThroughTheScheduler(t *testing.T) {
 			// No allowed node: pending, and the event says why.
 			stuck := cluster.PausePod("alpha", p+"-stuck", nil)
 			stuck.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "beta-1"}
-			createPod(t, c, stuck)
-			msg := failedSchedulingMessage(t, c, "alpha", stuck.Name, "reserved for tenant <beta>", 30*time.Second)
+			harness.CreatePod(t, c, stuck)
+			msg := harness.FailedSchedulingMessage(t, c, "alpha", stuck.Name, "reserved for tenant <beta>", 30*time.Second)
 			if !strings.Contains(msg, "[tenant-nodes]") {
 				t.Errorf("event message %q does not name the constraint", msg)
 			}
-			stillPending(t, c, "alpha", stuck.Name, time.Second)
+			harness.StillPending(t, c, "alpha", stuck.Name, time.Second)
 			if err := c.Client().CoreV1().Pods("alpha").Delete(ctx, stuck.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -102,10 +103,10 @@ func TestPlacementThroughTheScheduler(t *testing.T) {
 func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNodes(t, c, map[string]map[string]string{"general-1": nil, "general-2": nil})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNodes(t, c, map[string]map[string]string{"general-1": nil, "general-2": nil})
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
 	svc := startService(t, c, serviceOptions{})
 	// The scheduler's own retry of unschedulable pods is left at its
 	// defaults (backoff up to 10s, unschedulable timeout 5 minutes): a pod
@@ -114,21 +115,21 @@ func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 	sched := c.StartScheduler(t, cluster.SchedulerOptions{Extenders: []configv1.Extender{extender(svc.URL, true, false)}})
 	defer sched.Stop()
 
-	createPod(t, c, cluster.PausePod("alpha", "waits", nil))
-	failedSchedulingMessage(t, c, "alpha", "waits", "run only on nodes labelled tenant=alpha", 30*time.Second)
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "waits", nil))
+	harness.FailedSchedulingMessage(t, c, "alpha", "waits", "run only on nodes labelled tenant=alpha", 30*time.Second)
 	// Let the pod settle in the unschedulable queue.
-	stillPending(t, c, "alpha", "waits", 3*time.Second)
+	harness.StillPending(t, c, "alpha", "waits", 3*time.Second)
 
 	start := time.Now()
-	deleteConstraint(t, c, "K8sTenantNodeIsolation", "tenant-nodes")
-	boundNode(t, c, "alpha", "waits", 30*time.Second)
+	harness.DeleteConstraint(t, c, "K8sTenantNodeIsolation", "tenant-nodes")
+	harness.BoundNode(t, c, "alpha", "waits", 30*time.Second)
 	t.Logf("pending pod bound %v after its constraint was deleted (nudged pods: %d)", time.Since(start).Round(time.Millisecond), svc.Nudger.Nudged())
 	if svc.Nudger.Nudged() == 0 {
 		t.Errorf("the pod was scheduled but never nudged")
 	}
 
 	// Created again, with a label key that no node has: new pods wait.
-	createConstraint(t, c, tenantC)
+	harness.CreateConstraint(t, c, tenantC)
 	waitGeneration := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -143,8 +144,8 @@ func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 		t.Fatalf("%s: constraint not active", what)
 	}
 	waitGeneration("recreated")
-	createPod(t, c, cluster.PausePod("alpha", "waits-again", nil))
-	failedSchedulingMessage(t, c, "alpha", "waits-again", "tenant=alpha", 30*time.Second)
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "waits-again", nil))
+	harness.FailedSchedulingMessage(t, c, "alpha", "waits-again", "tenant=alpha", 30*time.Second)
 
 	// A template update through the API (a version that allows tenant pods
 	// on shared nodes) takes effect, and the pod is scheduled.
@@ -166,7 +167,7 @@ func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 	if _, err := c.Dynamic().Resource(cluster.ConstraintTemplateGVR).Update(ctx, tmpl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	boundNode(t, c, "alpha", "waits-again", 30*time.Second)
+	harness.BoundNode(t, c, "alpha", "waits-again", 30*time.Second)
 	t.Logf("pending pod bound %v after the template update", time.Since(start).Round(time.Millisecond))
 
 	// A broken template update is refused; the version in force stays.
@@ -199,7 +200,7 @@ func TestPolicyChangesTakeEffectWithoutRestart(t *testing.T) {
 func TestBindAndPreemption(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "work", nil)
+	harness.CreateNamespace(t, c, "work", nil)
 	// Two nodes of 4 CPUs; every pod here asks for 3.
 	if _, err := c.CreateNodes(ctx, 2, func(i int) *corev1.Node {
 		n := cluster.FakeNode([]string{"node-za", "node-zb"}[i], map[string]string{"topology.kubernetes.io/zone": []string{"zone-a", "zone-b"}[i]}, nil)
@@ -210,10 +211,10 @@ func TestBindAndPreemption(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	prefT, prefC := examplePolicy(t, "node-preference")
+	prefT, prefC := harness.ExamplePolicy(t, "node-preference")
 	// deny here: pods labelled prefer-zone=a may only use zone-a.
-	prefC = setAnnotation(prefC, "opa-scheduler-extender/enforcement-action", "deny")
-	installPolicy(t, c, prefT, prefC)
+	prefC = harness.SetAnnotation(prefC, "opa-scheduler-extender/enforcement-action", "deny")
+	harness.InstallPolicy(t, c, prefT, prefC)
 	for name, value := range map[string]int32{"low": 10, "high": 1000} {
 		if _, err := c.Client().SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -232,20 +233,20 @@ func TestBindAndPreemption(t *testing.T) {
 		}
 		return p
 	}
-	createPod(t, c, big("low-a", "low", nil, "node-za"))
-	createPod(t, c, big("low-b", "low", nil, "node-zb"))
-	if n := boundNode(t, c, "work", "low-a", 30*time.Second); n != "node-za" {
+	harness.CreatePod(t, c, big("low-a", "low", nil, "node-za"))
+	harness.CreatePod(t, c, big("low-b", "low", nil, "node-zb"))
+	if n := harness.BoundNode(t, c, "work", "low-a", 30*time.Second); n != "node-za" {
 		t.Fatalf("low-a on %s", n)
 	}
-	boundNode(t, c, "work", "low-b", 30*time.Second)
+	harness.BoundNode(t, c, "work", "low-b", 30*time.Second)
 	if got := metricValue(t, svc.URL, `opa_scheduler_extender_request_duration_seconds_count{result="ok",verb="bind"}`); got < 2 {
 		t.Errorf("the service bound %v pods, want 2 (bindVerb is set)", got)
 	}
 
 	// The preemptor may only use zone-a: preemption must evict low-a,
 	// never low-b.
-	createPod(t, c, big("high", "high", map[string]string{"prefer-zone": "a"}, ""))
-	n := boundNode(t, c, "work", "high", 60*time.Second)
+	harness.CreatePod(t, c, big("high", "high", map[string]string{"prefer-zone": "a"}, ""))
+	n := harness.BoundNode(t, c, "work", "high", 60*time.Second)
 	if n != "node-za" {
 		t.Errorf("preemptor bound to %s, want node-za", n)
 	}
@@ -386,20 +387,20 @@ func TestServiceRestart(t *testing.T) {
 	addr := strings.TrimPrefix(svc.URL, "http://")
 	sched := c.StartScheduler(t, cluster.SchedulerOptions{Extenders: []configv1.Extender{extender(svc.URL, true, false)}, ExtraConfig: fastRetries})
 	defer sched.Stop()
-	createPod(t, c, cluster.PausePod("alpha", "before", nil))
-	boundNode(t, c, "alpha", "before", 30*time.Second)
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "before", nil))
+	harness.BoundNode(t, c, "alpha", "before", 30*time.Second)
 
 	svc.Stop()
 	for i := 0; i < 3; i++ {
-		createPod(t, c, cluster.PausePod("alpha", "while-down-"+string(rune('a'+i)), nil))
+		harness.CreatePod(t, c, cluster.PausePod("alpha", "while-down-"+string(rune('a'+i)), nil))
 	}
-	failedSchedulingMessage(t, c, "alpha", "while-down-a", "", 30*time.Second)
-	stillPending(t, c, "alpha", "while-down-a", 2*time.Second)
+	harness.FailedSchedulingMessage(t, c, "alpha", "while-down-a", "", 30*time.Second)
+	harness.StillPending(t, c, "alpha", "while-down-a", 2*time.Second)
 
 	start := time.Now()
 	startService(t, c, serviceOptions{Addr: addr})
 	for i := 0; i < 3; i++ {
-		if n := boundNode(t, c, "alpha", "while-down-"+string(rune('a'+i)), 60*time.Second); n != "alpha-1" {
+		if n := harness.BoundNode(t, c, "alpha", "while-down-"+string(rune('a'+i)), 60*time.Second); n != "alpha-1" {
 			t.Errorf("pod bound to %s, want alpha-1", n)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 )
 
 // nodeInfos is the little of the scheduler's snapshot that
@@ -49,11 +50,11 @@ func (n nodeInfos) Get(name string) (fwk.NodeInfo, error) {
 func TestSchedulersOwnHTTPExtenderClient(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
 	nodes := map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "beta-1": {"tenant": "beta"}, "shared-1": nil}
-	createNodes(t, c, nodes)
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	harness.CreateNodes(t, c, nodes)
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
 	svc := startService(t, c, serviceOptions{NoNudge: true})
 
 	infos := nodeInfos{}
@@ -78,7 +79,7 @@ func TestSchedulersOwnHTTPExtenderClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod := createPod(t, c, cluster.PausePod("alpha", fmt.Sprintf("client-%v", nodeCache), nil))
+			pod := harness.CreatePod(t, c, cluster.PausePod("alpha", fmt.Sprintf("client-%v", nodeCache), nil))
 
 			passed, failed, unresolvable, err := ext.Filter(pod, list)
 			if err != nil {
@@ -129,11 +130,11 @@ func TestSchedulersOwnHTTPExtenderClient(t *testing.T) {
 			if err := ext.Bind(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: "alpha-1"}}); err != nil {
 				t.Fatalf("Bind: %v", err)
 			}
-			if n := boundNode(t, c, pod.Namespace, pod.Name, 10*time.Second); n != "alpha-1" {
+			if n := harness.BoundNode(t, c, pod.Namespace, pod.Name, 10*time.Second); n != "alpha-1" {
 				t.Errorf("bound to %s", n)
 			}
 			// A bind to a node the policy denies is refused with the reason.
-			other := createPod(t, c, cluster.PausePod("alpha", fmt.Sprintf("client-denied-%v", nodeCache), nil))
+			other := harness.CreatePod(t, c, cluster.PausePod("alpha", fmt.Sprintf("client-denied-%v", nodeCache), nil))
 			err = ext.Bind(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: other.Name, Namespace: other.Namespace, UID: other.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: "beta-1"}})
 			if err == nil {
 				t.Errorf("Bind to a denied node succeeded")

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 )
 
 // TestPolicyChangeLatencyThroughTheAPI measures the time from a Constraint
@@ -19,8 +20,8 @@ import (
 func TestPolicyChangeLatencyThroughTheAPI(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	tmpl, con := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tmpl, con)
+	tmpl, con := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tmpl, con)
 	svc := startService(t, c, serviceOptions{NoNudge: true})
 	gvr := cluster.ConstraintGVR(con.GetKind())
 	var lat []time.Duration

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
@@ -60,8 +61,8 @@ func TestGatekeeperConfigSyncOnly(t *testing.T) {
 	if err := c.ApplyCRD(ctx, gatekeeperConfigCRD()); err != nil {
 		t.Fatal(err)
 	}
-	createNamespace(t, c, "gatekeeper-system", nil)
-	createNodes(t, c, map[string]map[string]string{"node-a": nil, "node-b": nil})
+	harness.CreateNamespace(t, c, "gatekeeper-system", nil)
+	harness.CreateNodes(t, c, map[string]map[string]string{"node-a": nil, "node-b": nil})
 	policy, err := source.ReadObjects(strings.NewReader(`
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -85,7 +86,7 @@ metadata: {name: blocked-nodes}
 	if err != nil {
 		t.Fatal(err)
 	}
-	installPolicy(t, c, policy[0], policy[1])
+	harness.InstallPolicy(t, c, policy[0], policy[1])
 	if _, err := c.Client().CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "blocked-nodes"}, Data: map[string]string{"node-a": "maintenance"},
 	}, metav1.CreateOptions{}); err != nil {

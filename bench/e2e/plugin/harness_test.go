@@ -12,17 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
-
-// repoRoot is the main module, two levels up.
-var repoRoot = filepath.Join("..", "..", "..")
 
 // binDir holds the plugin build for the whole test process
 // (BuildPluginScheduler builds once per directory and process).
@@ -112,7 +109,7 @@ var fastRetries = map[string]any{"podInitialBackoffSeconds": 1, "podMaxBackoffSe
 // newCluster starts a control plane with Gatekeeper's CRDs installed.
 func newCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(repoRoot, "deploy", "examples")); err != nil {
+	if _, err := os.Stat(filepath.Join(harness.RepoRoot, "deploy", "examples")); err != nil {
 		t.Fatalf("the repository's deploy/examples is missing: %v", err)
 	}
 	c := cluster.Start(t, cluster.Options{})
@@ -120,16 +117,6 @@ func newCluster(t *testing.T) *cluster.Cluster {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// readObjects reads a YAML file of the repository.
-func readObjects(t *testing.T, rel string) []*unstructured.Unstructured {
-	t.Helper()
-	objs, err := source.ReadFile(filepath.Join(repoRoot, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
 }
 
 // objectsOf decodes YAML documents.
@@ -140,41 +127,6 @@ func objectsOf(t *testing.T, text string) []*unstructured.Unstructured {
 		t.Fatal(err)
 	}
 	return objs
-}
-
-func examplePolicy(t *testing.T, name string) (*unstructured.Unstructured, *unstructured.Unstructured) {
-	t.Helper()
-	return readObjects(t, "deploy/examples/"+name+"/template.yaml")[0], readObjects(t, "deploy/examples/"+name+"/constraint.yaml")[0]
-}
-
-// installPolicy creates a template (and its constraint CRD, as Gatekeeper
-// would) and constraints through the API.
-func installPolicy(t *testing.T, c *cluster.Cluster, template *unstructured.Unstructured, constraints ...*unstructured.Unstructured) {
-	t.Helper()
-	ctx := context.Background()
-	if err := c.CreateConstraintCRDForTemplate(ctx, template); err != nil {
-		t.Fatalf("constraint CRD: %v", err)
-	}
-	if _, err := c.Dynamic().Resource(cluster.ConstraintTemplateGVR).Create(ctx, template, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create template %s: %v", template.GetName(), err)
-	}
-	for _, con := range constraints {
-		createConstraint(t, c, con)
-	}
-}
-
-func createConstraint(t *testing.T, c *cluster.Cluster, con *unstructured.Unstructured) {
-	t.Helper()
-	if _, err := c.Dynamic().Resource(cluster.ConstraintGVR(con.GetKind())).Create(context.Background(), con, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create constraint %s: %v", con.GetName(), err)
-	}
-}
-
-func deleteConstraint(t *testing.T, c *cluster.Cluster, kind, name string) {
-	t.Helper()
-	if err := c.Dynamic().Resource(cluster.ConstraintGVR(kind)).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("delete constraint %s: %v", name, err)
-	}
 }
 
 // updateConstraint reads a constraint, lets change edit it, and writes it.
@@ -192,47 +144,6 @@ func updateConstraint(t *testing.T, c *cluster.Cluster, kind, name string, chang
 	}
 }
 
-func setAnnotation(u *unstructured.Unstructured, k, v string) *unstructured.Unstructured {
-	a := u.GetAnnotations()
-	if a == nil {
-		a = map[string]string{}
-	}
-	a[k] = v
-	u.SetAnnotations(a)
-	return u
-}
-
-func createNamespace(t *testing.T, c *cluster.Cluster, name string, labels map[string]string) {
-	t.Helper()
-	_, err := c.Client().CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-// createNodes creates fake nodes, name -> labels.
-func createNodes(t *testing.T, c *cluster.Cluster, nodes map[string]map[string]string) {
-	t.Helper()
-	var names []string
-	for n := range nodes {
-		names = append(names, n)
-	}
-	if _, err := c.CreateNodes(context.Background(), len(names), func(i int) *corev1.Node {
-		return cluster.FakeNode(names[i], nodes[names[i]], nil)
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func createPod(t *testing.T, c *cluster.Cluster, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	out, err := c.Client().CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // pod is a PausePod with labels, a scheduler name and a node selector
 // (each optional).
 func pod(ns, name string, labels map[string]string, schedulerName string, nodeSelector map[string]string) *corev1.Pod {
@@ -243,56 +154,6 @@ func pod(ns, name string, labels map[string]string, schedulerName string, nodeSe
 }
 
 func onNode(name string) map[string]string { return map[string]string{"kubernetes.io/hostname": name} }
-
-func boundNode(t *testing.T, c *cluster.Cluster, ns, name string, timeout time.Duration) string {
-	t.Helper()
-	p, err := c.WaitForPodBound(context.Background(), ns, name, timeout)
-	if err != nil {
-		t.Fatalf("pod %s/%s not bound: %v", ns, name, err)
-	}
-	return p.Spec.NodeName
-}
-
-// failedSchedulingMessage waits for the pod's FailedScheduling event that
-// contains want, and returns its message.
-func failedSchedulingMessage(t *testing.T, c *cluster.Cluster, ns, name, want string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
-		evs, err := c.Client().CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err == nil {
-			for _, e := range evs.Items {
-				if e.Reason == "FailedScheduling" {
-					last = e.Message
-					if strings.Contains(e.Message, want) {
-						return e.Message
-					}
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no FailedScheduling event for %s/%s containing %q; last: %q", ns, name, want, last)
-	return ""
-}
-
-func stillPending(t *testing.T, c *cluster.Cluster, ns, name string, d time.Duration) {
-	t.Helper()
-	time.Sleep(d)
-	assertPending(t, c, ns, name)
-}
-
-func assertPending(t *testing.T, c *cluster.Cluster, ns, name string) {
-	t.Helper()
-	p, err := c.Client().CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Spec.NodeName != "" {
-		t.Fatalf("pod %s/%s was bound to %s; want it pending", ns, name, p.Spec.NodeName)
-	}
-}
 
 // metricSum adds up the samples of the metric name (exact) whose labels
 // include every label given ("k", "v" pairs), and says whether any sample

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/cluster"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/e2e/harness"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
@@ -43,7 +44,7 @@ func grantPolicyReader(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	var role *rbacv1.ClusterRole
-	for _, u := range readObjects(t, "deploy/plugin/rbac.yaml") {
+	for _, u := range harness.ReadObjects(t, "deploy/plugin/rbac.yaml") {
 		if u.GetKind() == "ClusterRole" && u.GetName() == policyReaderRole {
 			role = &rbacv1.ClusterRole{}
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, role); err != nil {
@@ -74,71 +75,71 @@ func grantPolicyReader(t *testing.T, c *cluster.Cluster) {
 // rejects pods as not synced.
 func TestPluginPlacement(t *testing.T) {
 	c := newCluster(t)
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNamespace(t, c, "shared", nil)
-	createNodes(t, c, map[string]map[string]string{
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNamespace(t, c, "shared", nil)
+	harness.CreateNodes(t, c, map[string]map[string]string{
 		"alpha-1":   {"tenant": "alpha", "topology.kubernetes.io/zone": "zone-b"},
 		"beta-1":    {"tenant": "beta", "topology.kubernetes.io/zone": "zone-a"},
 		"general-a": {"topology.kubernetes.io/zone": "zone-a"},
 		"general-b": {"topology.kubernetes.io/zone": "zone-b"},
 	})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	prefT, prefC := examplePolicy(t, "node-preference")
-	installPolicy(t, c, tenantT, tenantC)
-	installPolicy(t, c, prefT, prefC)
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	prefT, prefC := harness.ExamplePolicy(t, "node-preference")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
+	harness.InstallPolicy(t, c, prefT, prefC)
 	// A dryrun constraint that would push the same pods the other way: it
 	// must change nothing.
 	dry := prefC.DeepCopy()
 	dry.SetName("dryrun-prefer-zone-b")
 	dry.SetAnnotations(nil)
 	unstructured.SetNestedStringSlice(dry.Object, []string{"zone-b"}, "spec", "parameters", "values")
-	createConstraint(t, c, dry)
+	harness.CreateConstraint(t, c, dry)
 
 	// system:kube-scheduler alone cannot list templates: the plugin does
 	// not place pods with a policy it has not read.
 	unprivileged := startPlugin(t, c, cluster.SchedulerOptions{})
-	createPod(t, c, cluster.PausePod("alpha", "first", nil))
-	msg := failedSchedulingMessage(t, c, "alpha", "first", "policies not synced yet", 30*time.Second)
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "first", nil))
+	msg := harness.FailedSchedulingMessage(t, c, "alpha", "first", "policies not synced yet", 30*time.Second)
 	if !strings.Contains(msg, "constrainttemplates") {
 		t.Errorf("not-synced message %q does not say what it waits for", msg)
 	}
-	assertPending(t, c, "alpha", "first")
+	harness.AssertPending(t, c, "alpha", "first")
 	unprivileged.Stop()
 
 	grantPolicyReader(t, c)
 	sched := startPlugin(t, c, cluster.SchedulerOptions{})
-	if n := boundNode(t, c, "alpha", "first", 30*time.Second); n != "alpha-1" {
+	if n := harness.BoundNode(t, c, "alpha", "first", 30*time.Second); n != "alpha-1" {
 		t.Errorf("the pod left pending by the unprivileged scheduler is on %s, want alpha-1", n)
 	}
 
 	start := time.Now()
-	createPod(t, c, cluster.PausePod("alpha", "tenant", nil))
-	if n := boundNode(t, c, "alpha", "tenant", 30*time.Second); n != "alpha-1" {
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "tenant", nil))
+	if n := harness.BoundNode(t, c, "alpha", "tenant", 30*time.Second); n != "alpha-1" {
 		t.Errorf("tenant pod on %s, want alpha-1", n)
 	}
 	t.Logf("tenant pod bound %v after creation", time.Since(start).Round(time.Millisecond))
 
-	createPod(t, c, cluster.PausePod("shared", "shared", nil))
-	if n := boundNode(t, c, "shared", "shared", 30*time.Second); n != "general-a" && n != "general-b" {
+	harness.CreatePod(t, c, cluster.PausePod("shared", "shared", nil))
+	if n := harness.BoundNode(t, c, "shared", "shared", 30*time.Second); n != "general-a" && n != "general-b" {
 		t.Errorf("shared pod on %s, want a general node", n)
 	}
 
 	// warn steers (Score): every pod preferring zone-a lands on the only
 	// zone-a node it may use; the dryrun constraint is ignored.
 	for _, name := range []string{"prefer-a", "prefer-b", "prefer-c"} {
-		createPod(t, c, cluster.PausePod("shared", name, map[string]string{"prefer-zone": "a"}))
-		if n := boundNode(t, c, "shared", name, 30*time.Second); n != "general-a" {
+		harness.CreatePod(t, c, cluster.PausePod("shared", name, map[string]string{"prefer-zone": "a"}))
+		if n := harness.BoundNode(t, c, "shared", name, 30*time.Second); n != "general-a" {
 			t.Errorf("pod preferring zone-a on %s, want general-a", n)
 		}
 	}
 
 	// No allowed node: pending, and the event says why.
-	createPod(t, c, pod("alpha", "stuck", nil, "", onNode("beta-1")))
-	msg = failedSchedulingMessage(t, c, "alpha", "stuck", "reserved for tenant <beta>", 30*time.Second)
+	harness.CreatePod(t, c, pod("alpha", "stuck", nil, "", onNode("beta-1")))
+	msg = harness.FailedSchedulingMessage(t, c, "alpha", "stuck", "reserved for tenant <beta>", 30*time.Second)
 	if !strings.Contains(msg, "[tenant-nodes]") {
 		t.Errorf("event message %q does not name the constraint", msg)
 	}
-	stillPending(t, c, "alpha", "stuck", time.Second)
+	harness.StillPending(t, c, "alpha", "stuck", time.Second)
 
 	// The engine's and the plugin's series on the scheduler's /metrics.
 	m := scrape(t, sched)
@@ -200,12 +201,12 @@ spec:
 func TestPluginPolicyChange(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
-	createNamespace(t, c, "shared", nil)
-	createNamespace(t, c, "quarantined", map[string]string{"quarantine": "true"})
-	createNodes(t, c, map[string]map[string]string{"general-1": nil, "general-2": nil})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha"})
+	harness.CreateNamespace(t, c, "shared", nil)
+	harness.CreateNamespace(t, c, "quarantined", map[string]string{"quarantine": "true"})
+	harness.CreateNodes(t, c, map[string]map[string]string{"general-1": nil, "general-2": nil})
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
 	blocked := objectsOf(t, `
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sDenyPods
@@ -227,19 +228,19 @@ spec:
     namespaceSelector: {matchLabels: {quarantine: "true"}}
   parameters: {reason: the namespace is quarantined}
 `)
-	installPolicy(t, c, objectsOf(t, denyPodsTemplate)[0], blocked...)
+	harness.InstallPolicy(t, c, objectsOf(t, denyPodsTemplate)[0], blocked...)
 	sched := startPlugin(t, c, cluster.SchedulerOptions{AsAdmin: true})
 
-	createPod(t, c, cluster.PausePod("alpha", "waits", nil))
-	createPod(t, c, cluster.PausePod("shared", "blocked", map[string]string{"blocked": "true"}))
-	createPod(t, c, cluster.PausePod("quarantined", "held", nil))
-	if msg := failedSchedulingMessage(t, c, "alpha", "waits", "run only on nodes labelled tenant=alpha", 30*time.Second); !strings.Contains(msg, "[tenant-nodes]") {
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "waits", nil))
+	harness.CreatePod(t, c, cluster.PausePod("shared", "blocked", map[string]string{"blocked": "true"}))
+	harness.CreatePod(t, c, cluster.PausePod("quarantined", "held", nil))
+	if msg := harness.FailedSchedulingMessage(t, c, "alpha", "waits", "run only on nodes labelled tenant=alpha", 30*time.Second); !strings.Contains(msg, "[tenant-nodes]") {
 		t.Errorf("event %q does not name the constraint", msg)
 	}
-	failedSchedulingMessage(t, c, "shared", "blocked", "[no-blocked-pods] pod blocked is not scheduled: blocked pods wait", 30*time.Second)
-	failedSchedulingMessage(t, c, "quarantined", "held", "[quarantine] pod held is not scheduled: the namespace is quarantined", 30*time.Second)
+	harness.FailedSchedulingMessage(t, c, "shared", "blocked", "[no-blocked-pods] pod blocked is not scheduled: blocked pods wait", 30*time.Second)
+	harness.FailedSchedulingMessage(t, c, "quarantined", "held", "[quarantine] pod held is not scheduled: the namespace is quarantined", 30*time.Second)
 	// Let the pods settle in the unschedulable queue: nothing retries them.
-	stillPending(t, c, "alpha", "waits", 3*time.Second)
+	harness.StillPending(t, c, "alpha", "waits", 3*time.Second)
 	if v, _ := schedulerMetric(t, sched, rejections, "profile", "default-scheduler", "reason", "denied"); v < 2 {
 		t.Errorf("%s{reason=denied} = %v, want >= 2 (the two pod-only denies)", rejections, v)
 	}
@@ -249,20 +250,20 @@ spec:
 	updateConstraint(t, c, "K8sTenantNodeIsolation", "tenant-nodes", func(u *unstructured.Unstructured) {
 		_ = unstructured.SetNestedField(u.Object, "dryrun", "spec", "enforcementAction")
 	})
-	boundNode(t, c, "alpha", "waits", 10*time.Second)
+	harness.BoundNode(t, c, "alpha", "waits", 10*time.Second)
 	t.Logf("pending pod bound %v after its constraint became dryrun", time.Since(start).Round(time.Millisecond))
 	if v, _ := schedulerMetric(t, sched, requeues, "profile", "default-scheduler", "reason", "policy"); v < 1 {
 		t.Errorf("%s{reason=policy} = %v: the pod was scheduled without the plugin activating it", requeues, v)
 	}
-	assertPending(t, c, "shared", "blocked")
-	assertPending(t, c, "quarantined", "held")
+	harness.AssertPending(t, c, "shared", "blocked")
+	harness.AssertPending(t, c, "quarantined", "held")
 
 	// A deleted pod-only constraint admits the pod it rejected in PreFilter.
 	start = time.Now()
-	deleteConstraint(t, c, "K8sDenyPods", "no-blocked-pods")
-	boundNode(t, c, "shared", "blocked", 10*time.Second)
+	harness.DeleteConstraint(t, c, "K8sDenyPods", "no-blocked-pods")
+	harness.BoundNode(t, c, "shared", "blocked", 10*time.Second)
 	t.Logf("pod rejected by a pod-only deny bound %v after the constraint was deleted", time.Since(start).Round(time.Millisecond))
-	assertPending(t, c, "quarantined", "held")
+	harness.AssertPending(t, c, "quarantined", "held")
 
 	// A Namespace label change: the quarantine constraint no longer
 	// matches the namespace. The policy generation does not move (it is
@@ -276,7 +277,7 @@ spec:
 	if _, err := c.Client().CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	boundNode(t, c, "quarantined", "held", 10*time.Second)
+	harness.BoundNode(t, c, "quarantined", "held", 10*time.Second)
 	t.Logf("pod of the unquarantined namespace bound %v after the label change", time.Since(start).Round(time.Millisecond))
 	if v, _ := schedulerMetric(t, sched, requeues, "profile", "default-scheduler", "reason", "namespace"); v < 1 {
 		t.Errorf("%s{reason=namespace} = %v, want >= 1", requeues, v)
@@ -301,7 +302,7 @@ spec:
 func TestPluginPreemption(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	createNamespace(t, c, "work", nil)
+	harness.CreateNamespace(t, c, "work", nil)
 	// Two nodes of 4 CPUs; every pod here asks for 3.
 	if _, err := c.CreateNodes(ctx, 2, func(i int) *corev1.Node {
 		n := cluster.FakeNode([]string{"node-za", "node-zb"}[i], map[string]string{"topology.kubernetes.io/zone": []string{"zone-a", "zone-b"}[i]}, nil)
@@ -312,10 +313,10 @@ func TestPluginPreemption(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	prefT, prefC := examplePolicy(t, "node-preference")
+	prefT, prefC := harness.ExamplePolicy(t, "node-preference")
 	// deny here: pods labelled prefer-zone=a may only use zone-a.
-	prefC = setAnnotation(prefC, "opa-scheduler-extender/enforcement-action", "deny")
-	installPolicy(t, c, prefT, prefC)
+	prefC = harness.SetAnnotation(prefC, "opa-scheduler-extender/enforcement-action", "deny")
+	harness.InstallPolicy(t, c, prefT, prefC)
 	for name, value := range map[string]int32{"low": 10, "high": 1000} {
 		if _, err := c.Client().SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -332,19 +333,19 @@ func TestPluginPreemption(t *testing.T) {
 		}
 		return p
 	}
-	createPod(t, c, big("low-a", "low", nil, "node-za"))
-	createPod(t, c, big("low-b", "low", nil, "node-zb"))
-	if n := boundNode(t, c, "work", "low-a", 30*time.Second); n != "node-za" {
+	harness.CreatePod(t, c, big("low-a", "low", nil, "node-za"))
+	harness.CreatePod(t, c, big("low-b", "low", nil, "node-zb"))
+	if n := harness.BoundNode(t, c, "work", "low-a", 30*time.Second); n != "node-za" {
 		t.Fatalf("low-a on %s", n)
 	}
-	if n := boundNode(t, c, "work", "low-b", 30*time.Second); n != "node-zb" {
+	if n := harness.BoundNode(t, c, "work", "low-b", 30*time.Second); n != "node-zb" {
 		t.Fatalf("low-b on %s", n)
 	}
 
 	// The preemptor may only use zone-a: preemption must evict low-a,
 	// never low-b.
-	createPod(t, c, big("high", "high", map[string]string{"prefer-zone": "a"}, ""))
-	if n := boundNode(t, c, "work", "high", 60*time.Second); n != "node-za" {
+	harness.CreatePod(t, c, big("high", "high", map[string]string{"prefer-zone": "a"}, ""))
+	if n := harness.BoundNode(t, c, "work", "high", 60*time.Second); n != "node-za" {
 		t.Errorf("preemptor bound to %s, want node-za", n)
 	}
 	if p, err := c.Client().CoreV1().Pods("work").Get(ctx, "low-b", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil || p.Spec.NodeName != "node-zb" {
@@ -362,14 +363,14 @@ func TestPluginRestart(t *testing.T) {
 	c := newCluster(t)
 	// The policy keys tenants on label "tenant" first, then on "team":
 	// the alpha pods' only allowed node flips from alpha-1 to shared-1.
-	createNamespace(t, c, "alpha", map[string]string{"tenant": "alpha", "team": "alpha"})
-	createNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": {"team": "alpha"}})
-	tenantT, tenantC := examplePolicy(t, "tenant-isolation")
-	installPolicy(t, c, tenantT, tenantC)
+	harness.CreateNamespace(t, c, "alpha", map[string]string{"tenant": "alpha", "team": "alpha"})
+	harness.CreateNodes(t, c, map[string]map[string]string{"alpha-1": {"tenant": "alpha"}, "shared-1": {"team": "alpha"}})
+	tenantT, tenantC := harness.ExamplePolicy(t, "tenant-isolation")
+	harness.InstallPolicy(t, c, tenantT, tenantC)
 
 	sched := startPlugin(t, c, cluster.SchedulerOptions{AsAdmin: true})
-	createPod(t, c, cluster.PausePod("alpha", "before", nil))
-	if n := boundNode(t, c, "alpha", "before", 30*time.Second); n != "alpha-1" {
+	harness.CreatePod(t, c, cluster.PausePod("alpha", "before", nil))
+	if n := harness.BoundNode(t, c, "alpha", "before", 30*time.Second); n != "alpha-1" {
 		t.Fatalf("before the change: pod on %s, want alpha-1", n)
 	}
 	sched.Stop()
@@ -380,17 +381,17 @@ func TestPluginRestart(t *testing.T) {
 	var names []string
 	for _, s := range []string{"a", "b", "c"} {
 		names = append(names, "while-down-"+s)
-		createPod(t, c, cluster.PausePod("alpha", "while-down-"+s, nil))
+		harness.CreatePod(t, c, cluster.PausePod("alpha", "while-down-"+s, nil))
 	}
 	start := time.Now()
 	sched = startPlugin(t, c, cluster.SchedulerOptions{AsAdmin: true, NoWait: true})
 	// Pods created while the new process starts.
 	for _, s := range []string{"a", "b", "c"} {
 		names = append(names, "at-start-"+s)
-		createPod(t, c, cluster.PausePod("alpha", "at-start-"+s, nil))
+		harness.CreatePod(t, c, cluster.PausePod("alpha", "at-start-"+s, nil))
 	}
 	for _, name := range names {
-		if n := boundNode(t, c, "alpha", name, 30*time.Second); n != "shared-1" {
+		if n := harness.BoundNode(t, c, "alpha", name, 30*time.Second); n != "shared-1" {
 			t.Errorf("pod %s on %s after the restart, want shared-1 (the policy changed while the scheduler was down)", name, n)
 		}
 	}
@@ -455,8 +456,8 @@ spec:
 // profile with the cluster's policies.
 func TestPluginTenantProfiles(t *testing.T) {
 	c := newCluster(t)
-	createNamespace(t, c, "work", nil)
-	createNodes(t, c, map[string]map[string]string{
+	harness.CreateNamespace(t, c, "work", nil)
+	harness.CreateNodes(t, c, map[string]map[string]string{
 		"a-1": {"pool": "a"}, "a-2": {"pool": "a"},
 		"b-1": {"pool": "b"}, "b-2": {"pool": "b"},
 		"c-1": {"pool": "c"},
@@ -468,7 +469,7 @@ func TestPluginTenantProfiles(t *testing.T) {
 	_ = unstructured.SetNestedSlice(scoped.Object, []any{map[string]any{
 		"action": "deny", "enforcementPoints": []any{map[string]any{"name": "tenant-c-scheduler"}},
 	}}, "spec", "scopedEnforcementActions")
-	installPolicy(t, c, objectsOf(t, denyPoolTemplate)[0], objectsOf(t, denyPoolConstraint("no-pool-c", "c"))[0], scoped)
+	harness.InstallPolicy(t, c, objectsOf(t, denyPoolTemplate)[0], objectsOf(t, denyPoolConstraint("no-pool-c", "c"))[0], scoped)
 
 	dirA, dirB := t.TempDir(), t.TempDir()
 	writeFiles(t, dirA, map[string]string{"template.yaml": denyPoolTemplate, "constraint.yaml": denyPoolConstraint("tenant-a-not-pool-b", "b")})
@@ -501,21 +502,21 @@ func TestPluginTenantProfiles(t *testing.T) {
 		{name: "default-on-c", selector: onNode("c-1"), reason: "[no-pool-c] node c-1 is in pool c"},
 	}
 	for _, tc := range cases {
-		createPod(t, c, pod("work", tc.name, nil, tc.scheduler, tc.selector))
+		harness.CreatePod(t, c, pod("work", tc.name, nil, tc.scheduler, tc.selector))
 	}
 	for _, tc := range cases {
 		if tc.pools == "" {
-			failedSchedulingMessage(t, c, "work", tc.name, tc.reason, 30*time.Second)
+			harness.FailedSchedulingMessage(t, c, "work", tc.name, tc.reason, 30*time.Second)
 			continue
 		}
-		n := boundNode(t, c, "work", tc.name, 30*time.Second)
+		n := harness.BoundNode(t, c, "work", tc.name, 30*time.Second)
 		if !strings.Contains(tc.pools, n[:1]) {
 			t.Errorf("pod %s (scheduler %q) on %s, want a node of pools %q", tc.name, tc.scheduler, n, tc.pools)
 		}
 	}
 	for _, tc := range cases {
 		if tc.pools == "" {
-			assertPending(t, c, "work", tc.name)
+			harness.AssertPending(t, c, "work", tc.name)
 		}
 	}
 
