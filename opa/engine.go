@@ -61,6 +61,8 @@ type Options struct {
 type Engine struct {
 	opts  Options
 	log   *slog.Logger
+	// userInfo is Options.UserInfo as a value, converted once.
+	userInfo *ast.Term
 	sdk   *sdk.OPA
 	mgr   *plugins.Manager
 	store storage.Store
@@ -212,7 +214,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	userInfo, err := ast.InterfaceToValue(opts.UserInfo)
+	if err != nil {
+		return nil, fmt.Errorf("Options.UserInfo: %w", err)
+	}
 	e := &Engine{
+		userInfo:    ast.NewTerm(userInfo),
 		memo:        memo.New[[]result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
 		ph:          newPlaceholders(),
 		names:       memo.NewNames(maxNodeClasses),

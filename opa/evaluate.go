@@ -36,7 +36,7 @@ func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod
 		nsTerm = ast.NewTerm(nsValue)
 		in.ns = &namespaceInfo{name: in.namespace, labels: valueLabels(nsValue)}
 	}
-	in.review = podReview(pod.value, in.name, in.namespace, ast.MustInterfaceToValue(e.opts.UserInfo), nsTerm)
+	in.review = podReview(pod.value, in.name, in.namespace, e.userInfo, nsTerm)
 	return in
 }
 

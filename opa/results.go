@@ -364,19 +364,26 @@ func lookupEach(v ast.Value, list, rest []*ast.Term) *ast.Term {
 // podReview is the Pod CREATE review a template sees: the AdmissionRequest's
 // JSON fields plus namespaceObject. name and namespace are left out when
 // empty, as the AdmissionRequest's JSON leaves them out.
-func podReview(pod ast.Object, name, namespace string, userInfo ast.Value, namespaceObject *ast.Term) ast.Object {
+// podKindTerm and podResourceTerm are review.kind and review.resource of
+// every pod review (values are immutable, so one term serves them all).
+var (
+	podKindTerm = ast.ObjectTerm(
+		ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
+		ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
+		ast.Item(ast.StringTerm("kind"), ast.StringTerm("Pod")))
+	podResourceTerm = ast.ObjectTerm(
+		ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
+		ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
+		ast.Item(ast.StringTerm("resource"), ast.StringTerm("pods")))
+)
+
+func podReview(pod ast.Object, name, namespace string, userInfo, namespaceObject *ast.Term) ast.Object {
 	items := [][2]*ast.Term{
 		ast.Item(ast.StringTerm("uid"), ast.StringTerm("")),
-		ast.Item(ast.StringTerm("kind"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
-			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
-			ast.Item(ast.StringTerm("kind"), ast.StringTerm("Pod")))),
-		ast.Item(ast.StringTerm("resource"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("group"), ast.StringTerm("")),
-			ast.Item(ast.StringTerm("version"), ast.StringTerm("v1")),
-			ast.Item(ast.StringTerm("resource"), ast.StringTerm("pods")))),
+		ast.Item(ast.StringTerm("kind"), podKindTerm),
+		ast.Item(ast.StringTerm("resource"), podResourceTerm),
 		ast.Item(ast.StringTerm("operation"), ast.StringTerm("CREATE")),
-		ast.Item(ast.StringTerm("userInfo"), ast.NewTerm(userInfo)),
+		ast.Item(ast.StringTerm("userInfo"), userInfo),
 		ast.Item(termObject, ast.NewTerm(pod)),
 		ast.Item(ast.StringTerm("oldObject"), ast.NullTerm()),
 		ast.Item(ast.StringTerm("options"), ast.NullTerm()),
