@@ -59,14 +59,14 @@ type Options struct {
 // safe for concurrent use: Evaluate and Review run in parallel with Apply,
 // and each sees one consistent policy set and inventory.
 type Engine struct {
-	opts  Options
-	log   *slog.Logger
+	opts Options
+	log  *slog.Logger
 	// userInfo is Options.UserInfo as a value, converted once.
 	userInfo *ast.Term
-	sdk   *sdk.OPA
-	mgr   *plugins.Manager
-	store storage.Store
-	caps  *ast.Capabilities
+	sdk      *sdk.OPA
+	mgr      *plugins.Manager
+	store    storage.Store
+	caps     *ast.Capabilities
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[snapshot]
