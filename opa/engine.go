@@ -74,8 +74,8 @@ type Engine struct {
 	memo  *memo.Memo[[]result]
 	names *memo.Names
 	ph    *placeholders
-	// keyPaths numbers the input paths of memo keys (keyPathRegistry).
-	keyPaths keyPathRegistry
+	// keyPaths numbers the input paths of memo keys (request.keyCache).
+	keyPaths pathIndex
 	owners   atomic.Uint64
 
 	// mu serialises writers; the fields below belong to it.
@@ -181,7 +181,7 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 			continue
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		bc.keyPathIDs = append(bc.keyPathIDs, e.keyPaths.id(p))
+		bc.keyPathIDs = append(bc.keyPathIDs, e.keyPaths.id(analysis.PathString(p)))
 	}
 	for _, m := range bc.analysis.Messages {
 		idx, text := e.ph.of(m.Root, m.Path)

@@ -3,7 +3,6 @@ package opa
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -291,8 +290,8 @@ type request struct {
 	slotValues []ast.Value
 	slotNums   []int32 // the slots' numbers in the engine's Names
 	numGen     uint64
-	// keyCache holds the pod review's values at key paths, by
-	// keyPathRegistry number.
+	// keyCache holds the pod review's values at key paths, by their
+	// number in Engine.keyPaths.
 	keyCache []*ast.Term
 	// counters, added to the engine's once per request
 	hits, misses, evals uint64
@@ -596,28 +595,6 @@ func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term
 	t := lookupInput(review, path)
 	r.keyCache[id] = t
 	return t
-}
-
-// keyPathRegistry numbers key paths by their rendering. It only grows:
-// a path is a few bytes, and templates reuse the same paths.
-type keyPathRegistry struct {
-	mu  sync.Mutex
-	ids map[string]int
-}
-
-func (k *keyPathRegistry) id(path []*ast.Term) int {
-	s := analysis.PathString(path)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.ids == nil {
-		k.ids = map[string]int{}
-	}
-	id, ok := k.ids[s]
-	if !ok {
-		id = len(k.ids)
-		k.ids[s] = id
-	}
-	return id
 }
 
 // nodePrinted are a node's values printed by one constraint, ready to be

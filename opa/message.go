@@ -22,13 +22,35 @@ import (
 // prints the same paths. Placeholders are letters, digits and '_': %v, %s,
 // %q and JSON leave them as they are.
 
+// pathIndex numbers paths by their rendering, for the engine's life: the
+// same path, the same number. It only grows: a path is a few bytes, and
+// templates reuse the same paths.
+type pathIndex struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (x *pathIndex) id(key string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ids == nil {
+		x.ids = map[string]int{}
+	}
+	id, ok := x.ids[key]
+	if !ok {
+		id = len(x.ids)
+		x.ids[key] = id
+	}
+	return id
+}
+
 // placeholders is the engine's registry of printed paths.
 type placeholders struct {
 	prefix string
-	mu     sync.Mutex
-	byPath map[string]int
+	paths  pathIndex
 	// byElement are the paths of element i of the list a path through
 	// analysis.Each names (its own index), found without rendering them.
+	mu        sync.Mutex
 	byElement map[[2]int]elementSlot
 }
 
@@ -40,7 +62,7 @@ type elementSlot struct {
 func newPlaceholders() *placeholders {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &placeholders{prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byPath: map[string]int{}, byElement: map[[2]int]elementSlot{}}
+	return &placeholders{prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byElement: map[[2]int]elementSlot{}}
 }
 
 // ofElement is of for element i of the list the printed path each names
@@ -61,14 +83,7 @@ func (ph *placeholders) ofElement(each, i int, concrete func() []*ast.Term) (int
 
 // of gives the placeholder index and text of a path (root-qualified).
 func (ph *placeholders) of(root analysis.Root, path []*ast.Term) (int, string) {
-	k := strconv.Itoa(int(root)) + analysis.PathString(path)
-	ph.mu.Lock()
-	defer ph.mu.Unlock()
-	i, ok := ph.byPath[k]
-	if !ok {
-		i = len(ph.byPath)
-		ph.byPath[k] = i
-	}
+	i := ph.paths.id(strconv.Itoa(int(root)) + analysis.PathString(path))
 	return i, ph.text(i)
 }
 

@@ -465,22 +465,16 @@ func objectMeta(obj map[string]any) (name, namespace string, labels map[string]s
 	return name, namespace, labels
 }
 
+// valueLabels are an object's metadata.labels that are strings.
 func valueLabels(v ast.Value) map[string]string {
-	t, err := v.Find(ast.Ref{ast.StringTerm("metadata"), ast.StringTerm("labels")})
-	if err != nil {
+	obj, _ := v.(ast.Object)
+	if obj == nil {
 		return nil
 	}
-	obj, ok := t.(ast.Object)
-	if !ok {
+	md, _ := objectField(obj, termMetadata, "metadata")
+	if md == nil {
 		return nil
 	}
-	out := make(map[string]string, obj.Len())
-	obj.Foreach(func(k, v *ast.Term) {
-		ks, ok1 := k.Value.(ast.String)
-		vs, ok2 := v.Value.(ast.String)
-		if ok1 && ok2 {
-			out[string(ks)] = string(vs)
-		}
-	})
-	return out
+	labels, _ := stringMap(md, "labels", "metadata.labels", false)
+	return labels
 }
