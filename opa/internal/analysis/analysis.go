@@ -106,6 +106,11 @@ type analyzer struct {
 	// being analysed (see lists.go).
 	listSets map[string][]*ast.Term
 	choice   map[*ast.Expr]*ast.Term
+	// relays are the rule paths analysed at their references, relaySites
+	// those references, site the one being analysed (see relay.go).
+	relays     map[string]bool
+	relaySites map[*ast.Expr]*relaySite
+	site       *relayEntry
 }
 
 const maxCallDepth = 8
@@ -122,10 +127,12 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 		params:    params,
 		consts:    map[string]*origin{},
 		listSets:  map[string][]*ast.Term{},
+		relays:    map[string]bool{},
 	}
+	z.relaySites = z.findRelays(rules)
 	for _, r := range rules {
-		if z.isAlias(r) || z.isListSetRule(r) {
-			continue // read where it is referenced (see aliasRule, lists.go)
+		if z.isAlias(r) || z.isListSetRule(r) || z.relays[r.Path().String()] {
+			continue // read where it is referenced (see aliasRule, lists.go, relay.go)
 		}
 		for x := r; x != nil; x = x.Else {
 			// A function's printed value is judged again at each call;
@@ -213,6 +220,10 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
 	}
 	sc := newScope(r, r.Path().Equal(z.violation))
+	var relay *relaySite
+	if z.site != nil && z.site.rule == r {
+		relay = z.site.site
+	}
 	before := z.mark()
 	harmless := true
 	for _, e := range r.Body {
@@ -229,6 +240,8 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 	var ret ast.Var
 	hasRet := false
 	switch {
+	case relay != nil:
+		z.relayHead(r.Head.Key, relay, env, depth, sc)
 	case sc.violation && r.Head.Key != nil:
 		if !sc.headDone {
 			z.element(r.Head.Key, env, depth, sc)
@@ -257,6 +270,11 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) {
 	z.at = e
 	defer ast.WalkVars(e, func(v ast.Var) bool { seen[v] = true; return false })
+	if site, ok := z.relaySites[e]; ok {
+		ref := e.Terms.(*ast.Term).Value.(ast.Ref)
+		z.relayCall(ref[:len(ref)-1], site, depth)
+		return
+	}
 	for _, w := range e.With {
 		if ref, ok := w.Target.Value.(ast.Ref); ok {
 			if !ref[0].Equal(ast.InputRootDocument) {

@@ -44,9 +44,16 @@
 //     succeeds: its reads are dropped (dead.go);
 //   - a key that is an element of a constant list (`ctr[probe]`, probe from
 //     a parameter list) reads each of the list's values, not the whole of
-//     ctr (fanOut).
+//     ctr (fanOut);
+//   - a partial set rule that the violation rule reads only through
+//     patterns binding its head (the library's
+//     general_violation[{"msg": msg, "field": "containers"}]) is analysed
+//     once per pattern, with the head's variables bound to its constants,
+//     so that spec[field][_] is one list, element-wise (relay.go).
 //
 // Known imprecisions, each costing evaluations, never verdicts: a list
-// iterated through a variable key of an object (`spec[field][_]`), or
-// inside an element (`c.ports[_]`), is read whole.
+// iterated through a variable key of an object that nothing binds
+// (`spec[field][_]` alone), or inside an element (`c.ports[_]`), is read
+// whole, and so are containers kept in an object keyed by their names
+// (`input_containers[c.name] = c`).
 package analysis
