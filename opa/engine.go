@@ -49,6 +49,11 @@ type Options struct {
 	OPAConfig []byte
 	// DisableMemo evaluates every review (for tests and measurements).
 	DisableMemo bool
+	// Parallelism is how many goroutines one request evaluates the pod's
+	// memo misses on (default GOMAXPROCS; 1: one after the other). The
+	// scheduler waits for each answer, so a pod new to the memo is judged
+	// sooner on idle cores.
+	Parallelism int
 	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
 	// to templates. Off by default, as in Gatekeeper: a template cannot
 	// reach out of the process.

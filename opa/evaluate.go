@@ -134,42 +134,72 @@ func (r *request) placement() *Placement {
 // judgePod matches every constraint against the pod, records the verdicts
 // of those that cannot see the node (p.Common) and the warn count, and
 // returns the places in the policy set of the matched constraints that
-// can see the node, for judgeNodes.
+// can see the node, for judgeNodes. The pod-only constraints' memo misses
+// are evaluated first, in parallel (prefetch.go); verdicts are recorded in
+// policy order.
 func (r *request) judgePod(p *Placement) ([]int, error) {
+	steps, podOnly, nodeReading := r.matchPod(p)
+	r.prefetch(podOnly)
+	for _, s := range steps {
+		switch {
+		case s.matchErr != nil:
+			r.recordCommon(p, s.bc, s.order, []result{{msg: fmt.Sprintf("match error: %v", s.matchErr), err: true}}, false)
+		case s.guarded:
+			r.recordGuarded(p, s.bc, s.guard)
+		default:
+			if err := r.evalConstraint(s.bc, s.order, p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nodeReading, nil
+}
+
+// podStep is what judgePod does for one constraint that the pod matches
+// (or fails to be matched against): record a match error, record a
+// guard that fails, or evaluate a pod-only constraint.
+type podStep struct {
+	bc       *boundConstraint
+	order    int
+	matchErr error
+	guarded  bool
+	guard    analysis.Guard
+}
+
+// matchPod matches every constraint against the pod and counts the
+// matched warn constraints: the steps for judgePod, the places of the
+// pod-only constraints to evaluate, and those of the node-reading ones.
+func (r *request) matchPod(p *Placement) (steps []podStep, podOnly, nodeReading []int) {
 	in := r.in
 	m := &matchable{gvk: podGVK, name: in.name, namespace: in.namespace, labels: in.labels, ns: in.ns, source: "Original"}
-	var nodeReading []int
 	for order, bc := range r.snap.constraints {
 		if bc.c.action == "" {
 			continue // scoped to other enforcement points
 		}
 		matched, err := bc.c.match.matches(m)
-		if err != nil {
-			if bc.c.action == Warn {
-				p.MatchedWarnConstraints++
-			}
-			r.recordCommon(p, bc, order, []result{{msg: fmt.Sprintf("match error: %v", err), err: true}}, false)
-			continue
-		}
-		if !matched {
+		if err == nil && !matched {
 			continue
 		}
 		if bc.c.action == Warn {
 			p.MatchedWarnConstraints++
 		}
-		if g, failed := r.guardFails(bc); failed {
-			r.recordGuarded(p, bc, g)
-			continue
-		}
-		if bc.analysis.PerPod() {
-			if err := r.evalConstraint(bc, order, p); err != nil {
-				return nil, err
+		step := podStep{bc: bc, order: order, matchErr: err}
+		switch {
+		case err != nil:
+		case bc.analysis.PerPod():
+			step.guard, step.guarded = r.guardFails(bc)
+			if !step.guarded {
+				podOnly = append(podOnly, order)
 			}
-			continue
+		default:
+			if step.guard, step.guarded = r.guardFails(bc); !step.guarded {
+				nodeReading = append(nodeReading, order)
+				continue
+			}
 		}
-		nodeReading = append(nodeReading, order)
+		steps = append(steps, step)
 	}
-	return nodeReading, nil
+	return steps, podOnly, nodeReading
 }
 
 // guardFails reports whether the pod fails a guard of every violation
@@ -293,6 +323,9 @@ type request struct {
 	// keyCache holds the pod review's values at key paths, by their
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
+	// fetched are the pod-only constraints' memo entries and prefetched
+	// evaluations (prefetch.go).
+	fetched map[*boundConstraint]*prefetched
 	// counters, added to the engine's once per request
 	hits, misses, evals uint64
 }
@@ -318,7 +351,11 @@ func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) e
 			return err
 		}
 		res = r.e.ph.substitute(res, pod.bind)
-		r.recordCommon(p, bc, order, res, hit, r.since(start))
+		d := r.since(start)
+		if f := r.fetched[bc]; f != nil && f.evaluated && r.explain {
+			d += f.took
+		}
+		r.recordCommon(p, bc, order, res, hit, d)
 		return nil
 	}
 	return r.evalNodes(bc, order, p, memoOK, pod)
@@ -447,7 +484,7 @@ func (r *request) printed(bc *boundConstraint, i int, subst bool) *nodePrinted {
 func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool) ([]result, error) {
 	s := &r.slots[i]
 	if !subst {
-		return r.eval(bc, r.nodeReview(pod.review, i, s.name), true)
+		return r.eval(bc, r.nodeReview(r.reviewOf(pod), i, s.name), true)
 	}
 	node, key := s.value, s.name
 	for _, m := range bc.nodeMsgs {
@@ -462,7 +499,7 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 		}
 	}
 	nodes := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm(key), ast.NewTerm(node))))
-	return r.evalWith(bc, r.nodeReview(pod.review, -1, key), nodes)
+	return r.evalWith(bc, r.nodeReview(r.reviewOf(pod), -1, key), nodes)
 }
 
 func (r *request) entry(bc *boundConstraint, key *ast.Array) *memoEntry {
@@ -640,15 +677,28 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 // class.
 func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]result, bool, error) {
 	var e *memoEntry
+	f := r.fetched[bc]
 	if memoOK {
-		e = r.entry(bc, r.podKey(bc, r.podReview, pod))
-		if res, ok := e.Get(0); ok {
-			r.hits++
-			return res, true, nil
+		if f != nil {
+			e = f.entry
+		} else {
+			e = r.entry(bc, r.podKey(bc, r.podReview, pod))
+		}
+		if f == nil || !f.evaluated {
+			if res, ok := e.Get(0); ok {
+				r.hits++
+				return res, true, nil
+			}
 		}
 		r.misses++
 	}
-	res, err := r.eval(bc, pod.review, false)
+	var res []result
+	var err error
+	if f != nil && f.evaluated {
+		res, err = f.res, f.err
+	} else {
+		res, err = r.eval(bc, r.reviewOf(pod), false)
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -118,7 +118,7 @@ func libraryObjects(t *testing.T) []*unstructured.Unstructured {
 func libraryEngines(t *testing.T) (memo, ref *opa.Engine, cands []opa.Candidate) {
 	t.Helper()
 	objs := libraryObjects(t)
-	memo = newEngine(t, opa.Options{})
+	memo = newEngine(t, opa.Options{Parallelism: 4}) // misses in parallel (prefetch.go)
 	ref = newEngine(t, opa.Options{DisableMemo: true})
 	for _, e := range []*opa.Engine{memo, ref} {
 		apply(t, e, objs...)

@@ -63,11 +63,26 @@ func anyHoles(res []result) bool {
 
 // podView is the pod as one constraint is evaluated on it: its review
 // with placeholders where printed values could stand, their part of the
-// memo key, and the real values to put back.
+// memo key, and the real values to put back. The review is rebuilt with
+// the placeholders only when Rego runs (reviewOf): a memo hit needs the
+// key and the values alone.
 type podView struct {
 	review *ast.Term
 	key    []*ast.Term
 	bind   bindings
+	// edits are the placeholders to put into the pod's review, in order;
+	// none: review is the pod's own.
+	edits []reviewEdit
+}
+
+// reviewEdit puts placeholders into the review: text at path, or, for a
+// path through a list's elements (texts set), texts[i] at rest below
+// element i of the list at path ("" where the element keeps its value).
+type reviewEdit struct {
+	path  []*ast.Term
+	text  string
+	rest  []*ast.Term
+	texts []string
 }
 
 // podView builds (or finds, for constraints printing the same paths) the
@@ -91,23 +106,22 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	if v, ok := r.pods[sig.String()]; ok {
 		return v
 	}
-	v := &podView{review: r.podReview}
-	review := r.podReview.Value
+	v := &podView{}
 	for _, m := range bc.podMsgs {
 		if analysis.EachAt(m.path) >= 0 {
-			review = r.placeEach(v, review, m)
+			r.placeEach(v, m)
 			continue
 		}
 		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
-			review, _ = setPath(review, m.path[1:], ast.StringTerm(m.text))
+			v.edits = append(v.edits, reviewEdit{path: m.path[1:], text: m.text})
 			v.key = append(v.key, placeholderKey)
 			v.bind = append(v.bind, newBinding(m.index, s))
 			continue
 		}
 		v.key = append(v.key, lookupInput(r.podReview, m.path))
 	}
-	if len(v.bind) > 0 {
-		v.review = ast.NewTerm(review)
+	if len(v.edits) == 0 {
+		v.review = r.podReview
 	}
 	if r.pods == nil {
 		r.pods = map[string]*podView{}
@@ -116,34 +130,58 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	return v
 }
 
+// reviewOf is v's review, its placeholders put in on first need. Called
+// by the request's goroutine only (prefetch builds the reviews it hands
+// out before it starts its workers).
+func (r *request) reviewOf(v *podView) *ast.Term {
+	if v.review != nil {
+		return v.review
+	}
+	review := r.podReview.Value
+	for _, ed := range v.edits {
+		if ed.texts == nil {
+			review, _ = setPath(review, ed.path, ast.StringTerm(ed.text))
+			continue
+		}
+		// The list as review holds it now (an earlier edit may have put
+		// placeholders into it already): each element is replaced below
+		// it, and the list once, so the path above it is rebuilt once.
+		cur, _ := lookup(review, ed.path).Value.(*ast.Array)
+		elems := make([]*ast.Term, cur.Len())
+		for i := range elems {
+			elems[i] = cur.Elem(i)
+			if ed.texts[i] != "" {
+				nv, _ := setPath(elems[i].Value, ed.rest, ast.StringTerm(ed.texts[i]))
+				elems[i] = ast.NewTerm(nv)
+			}
+		}
+		review, _ = setPath(review, ed.path, ast.ArrayTerm(elems...))
+	}
+	v.review = ast.NewTerm(review)
+	return v.review
+}
+
 // maxEachPlaceholders bounds the elements of one list that get their own
 // placeholder: past it, the list's printed values stay in the key (and
 // the engine's registry of placeholders stays small).
 const maxEachPlaceholders = 64
 
-// placeEach puts a placeholder for the value printed from each element of
-// a list (m.path holds analysis.Each) into review, one per element, each
-// with its own registered path (containers[0].name, containers[1].name,
-// ...), and adds the list's part of the key: placeholderKey where a
-// placeholder stands, the element's value where it cannot. A list that is
-// not an array, or too long, is keyed as lookup reads it.
-func (r *request) placeEach(v *podView, review ast.Value, m msgSlot) ast.Value {
+// placeEach places a placeholder for the value printed from each element
+// of a list (m.path holds analysis.Each), one per element, each with its
+// own registered path (containers[0].name, containers[1].name, ...): an
+// edit of v's review, and the list's part of the key: placeholderKey
+// where a placeholder stands, the element's value where it cannot. A list
+// that is not an array, or too long, is keyed as lookup reads it.
+func (r *request) placeEach(v *podView, m msgSlot) {
 	j := analysis.EachAt(m.path)
 	list, rest := m.path[:j], m.path[j+1:]
 	arr, ok := lookupInput(r.podReview, list).Value.(*ast.Array)
 	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(termReview) {
 		v.key = append(v.key, lookupInput(r.podReview, m.path))
-		return review
-	}
-	// The list as review holds it now (another printed path may have put
-	// placeholders into it already): each element is replaced below it,
-	// and the list once, so the path above it is rebuilt once.
-	cur, _ := lookup(review, list[1:]).Value.(*ast.Array)
-	elems := make([]*ast.Term, arr.Len())
-	for i := range elems {
-		elems[i] = cur.Elem(i)
+		return
 	}
 	entries := make([]*ast.Term, arr.Len())
+	texts := make([]string, arr.Len())
 	placed := false
 	for i := range entries {
 		s, ok := substitutableAt(arr.Elem(i).Value, rest, m.quote)
@@ -155,17 +193,15 @@ func (r *request) placeEach(v *podView, review ast.Value, m msgSlot) ast.Value {
 			concrete := make([]*ast.Term, 0, len(m.path))
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
-		nv, _ := setPath(elems[i].Value, rest, ast.StringTerm(text))
-		elems[i] = ast.NewTerm(nv)
+		texts[i] = text
 		entries[i] = placeholderKey
 		v.bind = append(v.bind, newBinding(idx, s))
 		placed = true
 	}
 	if placed {
-		review, _ = setPath(review, list[1:], ast.ArrayTerm(elems...))
+		v.edits = append(v.edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
 	}
 	v.key = append(v.key, ast.ArrayTerm(entries...))
-	return review
 }
 
 // nodeReview is review with object.spec.nodeName set to node. The pod's
@@ -197,6 +233,13 @@ func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]r
 // too long denies the nodes it could not judge, with the reason, and the
 // rest of the answer still goes back.
 func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
+	r.evals++
+	return r.evalQuery(bc, review, nodes)
+}
+
+// evalQuery is evalWith without the request's counter: it writes nothing
+// of the request, so that prefetch may run it on several goroutines.
+func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
 	if err := r.ctx.Err(); err != nil {
 		r.e.stats.evalErrors.Add(1)
 		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true, transient: true}}, nil
@@ -207,7 +250,6 @@ func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]resu
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, nodes))
 		query = bc.tmpl.overrideQuery
 	}
-	r.evals++
 	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)

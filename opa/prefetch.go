@@ -1,0 +1,106 @@
+package opa
+
+import (
+	"runtime"
+
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Evaluating a pod's memo misses in parallel. kube-scheduler sends one
+// filter or prioritize at a time and waits for the answer, so while a pod
+// that is new to the memo (a one-off Job's pod, a new image) is evaluated
+// constraint after constraint, the other cores are idle: its latency is
+// the sum of its misses. prefetch finds the pod-only constraints whose
+// verdict the memo does not hold and evaluates them on up to
+// Options.Parallelism goroutines before judgePod records them in policy
+// order; only Rego runs in parallel (a prepared query and the request's
+// read transaction, both safe for concurrent readers), every request
+// field is written by the request's own goroutine. Verdicts, messages,
+// explain and counters are those of the sequential path: evalPod takes a
+// prefetched result exactly where it would have evaluated.
+
+// prefetched is one pod-only constraint's memo entry and, for a miss, its
+// evaluation.
+type prefetched struct {
+	entry     *memoEntry
+	evaluated bool
+	res       []result
+	err       error
+	took      time.Duration
+}
+
+// parallelism is the number of goroutines a request evaluates misses on.
+func (e *Engine) parallelism() int {
+	if e.opts.Parallelism > 0 {
+		return e.opts.Parallelism
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// prefetch evaluates the misses among the pod-only constraints of the
+// policy set at orders, when there are at least two and more than one
+// goroutine may run them.
+func (r *request) prefetch(orders []int) {
+	workers := r.e.parallelism()
+	if workers < 2 || len(orders) < 2 {
+		return
+	}
+	type job struct {
+		bc     *boundConstraint
+		review *ast.Term
+		out    *prefetched
+	}
+	var jobs []job
+	for _, order := range orders {
+		bc := r.snap.constraints[order]
+		if !r.memoOK(bc) {
+			continue
+		}
+		view := r.podView(bc, true)
+		e := r.entry(bc, r.podKey(bc, r.podReview, view))
+		f := &prefetched{entry: e}
+		if r.fetched == nil {
+			r.fetched = map[*boundConstraint]*prefetched{}
+		}
+		r.fetched[bc] = f
+		if _, hit := e.Get(0); !hit {
+			jobs = append(jobs, job{bc: bc, review: r.reviewOf(view), out: f})
+		}
+	}
+	if len(jobs) < 2 {
+		return // evaluated in place by evalPod, with the entry found here
+	}
+	workers = min(workers, len(jobs))
+	var next sync.Mutex
+	i := 0
+	take := func() (job, bool) {
+		next.Lock()
+		defer next.Unlock()
+		if i == len(jobs) {
+			return job{}, false
+		}
+		i++
+		return jobs[i-1], true
+	}
+	run := func() {
+		for j, ok := take(); ok; j, ok = take() {
+			start := time.Now()
+			j.out.res, j.out.err = r.evalQuery(j.bc, j.review, nil)
+			j.out.took, j.out.evaluated = time.Since(start), true
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	run()
+	wg.Wait()
+	r.evals += uint64(len(jobs))
+}
