@@ -105,6 +105,7 @@ type analyzer struct {
 	// is the element reference each forked binding takes in the run
 	// being analysed (see lists.go).
 	listSets map[string][]*ast.Term
+	listDefs map[*ast.Term]*ast.Rule
 	choice   map[*ast.Expr]*ast.Term
 	// relays are the rule paths analysed at their references, relaySites
 	// those references, site the one being analysed (see relay.go).
@@ -127,6 +128,7 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 		params:    params,
 		consts:    map[string]*origin{},
 		listSets:  map[string][]*ast.Term{},
+		listDefs:  map[*ast.Term]*ast.Rule{},
 		relays:    map[string]bool{},
 	}
 	z.relaySites = z.findRelays(rules)
@@ -319,9 +321,7 @@ func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast
 		return false
 	}
 	if alt, forked := z.choice[z.at]; forked {
-		if _, isRef := rhs.Value.(ast.Ref); isRef {
-			rhs = alt // this run's list (see lists.go)
-		}
+		rhs = z.forkedBinding(rhs, alt, env, depth) // this run's list (see lists.go)
 	}
 	if sc != nil {
 		if rv, ok := rhs.Value.(ast.Var); ok && sc.strings[rv] != nil {

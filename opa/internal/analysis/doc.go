@@ -37,8 +37,9 @@
 //   - a read through a list element (`c := input.review.object.spec.containers[_]`,
 //     then `c.image`) records the list's length and the path below each
 //     element (Each), so that `c.name`, only printed, can leave the key; the
-//     library's sets over several lists (input_containers) are followed into
-//     each list (lists.go);
+//     library's sets over several lists (input_containers), filtered or
+//     not, are followed into each list, the set's key bound to the element
+//     as Rego binds it (lists.go);
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
 //     succeeds: its reads are dropped (dead.go);

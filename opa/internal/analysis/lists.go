@@ -11,13 +11,18 @@ import "github.com/open-policy-agent/opa/v1/ast"
 //	input_containers[c] { c := input.review.object.spec.containers[_] }
 //	input_containers[c] { c := input.review.object.spec.initContainers[_] }
 //
-// Such a rule is a list set. A binding `c := input_containers[_]` at the
-// top of a rule body is analysed once per definition, with c an element of
-// that definition's list: the reads and printed values of the runs
-// together are those of c ranging over the union. Any other use of the set
-// (count, membership, inside a comprehension or a function) reads every
-// list whole. The set's own rules are not analysed apart: they only name
-// the lists. Rego's set merges equal elements, where the element-wise
+// Such a rule is a list set; a definition may go on with conditions on
+// its element (`c := ...containers[_]; not is_exempt(c)`, the library's
+// filtered sets). A binding `c := input_containers[_]`, or one that reads
+// on below the element (`p := input_containers[_].ports[_]`), at the top
+// of a rule body is analysed once per definition, with c an element of
+// that definition's list (and the set's key, which for a set is the
+// element too), the definition's conditions analysed on it: the reads and
+// printed values of the runs together are those of c ranging over the
+// union. Any other use of the set (count, membership, inside a
+// comprehension or a function) reads every list whole, and its conditions
+// with their element read whole. The set's own rules are not analysed
+// apart. Rego's set merges equal elements, where the element-wise
 // analysis sees each: two equal containers give the same violations, and
 // results that placeholders made distinct are merged again when the real
 // values are put back (see the engine's substitute).
@@ -48,16 +53,17 @@ func (z *analyzer) listSet(ref ast.Ref) ([]*ast.Term, bool) {
 			return nil, false
 		}
 		alts = append(alts, elem)
+		z.listDefs[elem] = r
 	}
 	z.listSets[key] = alts
 	return alts, true
 }
 
 // listElement is the element reference of one definition of a list set:
-// `input_containers[c] { c := <input ref>[<var>] }`, nothing else.
+// `input_containers[c] { c := <input ref>[<var>]; <conditions> }`.
 func listElement(r *ast.Rule) (*ast.Term, bool) {
 	k, isVar := keyVar(r)
-	if !isVar || len(r.Head.Args) > 0 || r.Head.Value != nil || r.Else != nil || r.Default || len(r.Body) != 1 {
+	if !isVar || len(r.Head.Args) > 0 || r.Head.Value != nil || r.Else != nil || r.Default || len(r.Body) == 0 {
 		return nil, false
 	}
 	e := r.Body[0]
@@ -137,14 +143,85 @@ func (z *analyzer) listBinding(e *ast.Expr, seen map[ast.Var]bool) ([]*ast.Term,
 		if !isVar || seen[v] || v.IsWildcard() || !isRef || len(ref) < 2 || !ref.HasPrefix(z.root) {
 			continue
 		}
-		if _, last := ref[len(ref)-1].Value.(ast.Var); !last || !ref[:len(ref)-1].IsGround() {
-			continue
-		}
-		if alts, ok := z.listSet(ref[:len(ref)-1]); ok {
+		if alts, _, ok := z.listSetRef(ref, seen); ok {
 			return alts, true
 		}
 	}
 	return nil, false
+}
+
+// listSetRef reads ref as set[k] or set[k].rest...: a list set's path, a
+// key variable not bound before (a set's key is its element, so a bound
+// one would be a membership test), then anything. It returns the set's
+// element references and the key's place in ref.
+func (z *analyzer) listSetRef(ref ast.Ref, seen map[ast.Var]bool) ([]*ast.Term, int, bool) {
+	for k := len(z.root) + 1; k < len(ref); k++ {
+		if !ref[:k].IsGround() {
+			return nil, 0, false
+		}
+		alts, ok := z.listSet(ref[:k])
+		if !ok {
+			continue
+		}
+		kv, isVar := ref[k].Value.(ast.Var)
+		if !isVar || seen[kv] {
+			return nil, 0, false
+		}
+		return alts, k, true
+	}
+	return nil, 0, false
+}
+
+// forkedBinding is the reference a forked binding's run reads instead of
+// rhs (set[k].rest becomes list[x].rest for this run's list). The set's
+// key variable is the element too: it is bound in env. It analyses the
+// definition's conditions on the element.
+func (z *analyzer) forkedBinding(rhs, alt *ast.Term, env map[ast.Var]origin, depth int) *ast.Term {
+	ref, ok := rhs.Value.(ast.Ref)
+	if !ok {
+		return rhs
+	}
+	_, k, ok := z.listSetRef(ref, nil)
+	if !ok {
+		return rhs
+	}
+	if kv := ref[k].Value.(ast.Var); !kv.IsWildcard() {
+		if o, ok := z.resolve(alt, env, depth); ok {
+			env[kv] = o
+		}
+	}
+	elem := alt.Value.(ast.Ref)
+	out := make(ast.Ref, 0, len(elem)+len(ref)-k-1)
+	out = append(append(out, elem...), ref[k+1:]...)
+	z.listConditions(alt, depth, true)
+	return ast.NewTerm(out)
+}
+
+// listConditions analyses the conditions of alt's definition on its
+// element: element by element (each) when forked, else on the list whole.
+func (z *analyzer) listConditions(alt *ast.Term, depth int, forked bool) {
+	r := z.listDefs[alt]
+	if r == nil || len(r.Body) < 2 {
+		return
+	}
+	k, _ := keyVar(r)
+	elem := alt.Value.(ast.Ref)
+	var o origin
+	if forked {
+		var ok bool
+		if o, ok = z.resolve(alt, map[ast.Var]origin{}, depth); !ok {
+			return
+		}
+	} else {
+		o = origin{root: Input, path: elem[1 : len(elem)-1], exact: false}
+	}
+	inner := map[ast.Var]origin{k: o}
+	seen := map[ast.Var]bool{k: true}
+	at := z.at
+	for _, e := range r.Body[1:] {
+		z.expr(e, inner, seen, depth, nil)
+	}
+	z.at = at
 }
 
 // listChoices are the runs of a body over its forks: each run maps each
@@ -186,6 +263,7 @@ func (z *analyzer) readListSetWhole(ref ast.Ref) bool {
 		for _, alt := range alts {
 			list := alt.Value.(ast.Ref)
 			z.read(origin{root: Input, path: list[1 : len(list)-1], exact: true})
+			z.listConditions(alt, 0, false)
 		}
 		return true
 	}

@@ -11,6 +11,10 @@ const (
 	inits      = "input.review.object.spec.initContainers"
 	// listSet is the library's set over two lists.
 	listSet = "\ninput_containers contains c if { c := input.review.object.spec.containers[_] }\ninput_containers contains c if { c := input.review.object.spec.initContainers[_] }\n"
+	// filteredSet is the library's set of the containers a condition keeps
+	// (proc-mount, selinux, host-network-ports).
+	filteredSet = "\ninput_containers contains c if {\nc := input.review.object.spec.containers[_]\nnot startswith(c.image, \"safe/\")\n}\n" +
+		"input_containers contains c if {\nc := input.review.object.spec.initContainers[_]\nc.securityContext.procMount != null\n}\n"
 )
 
 // TestAnalyzeLists: reads through a list element are keyed element by
@@ -56,6 +60,27 @@ func TestAnalyzeLists(t *testing.T) {
 			name:  "the set counted: every list whole",
 			rego:  "violation contains {\"msg\": \"too many\"} if {\ncount(input_containers) > 3\n}" + listSet,
 			reads: []string{containers, inits},
+		},
+		{
+			name:  "the set's key is its element: a key used is read like the element",
+			rego:  "violation contains {\"msg\": msg} if {\nc := input_containers[k]\nk.image == \"x\"\nmsg := sprintf(\"%v\", [c.name])\n}" + listSet,
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].name (message only)", inits + "[_].(count)", inits + "[_].image", inits + "[_].name (message only)"},
+		},
+		{
+			name: "a filtered set: each definition's condition is read on its element",
+			rego: "violation contains {\"msg\": msg} if {\nc := input_containers[_]\nc.securityContext.privileged\nmsg := sprintf(\"%v\", [c.name])\n}" + filteredSet,
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].securityContext.privileged", containers + "[_].name (message only)",
+				inits + "[_].(count)", inits + "[_].securityContext.procMount", inits + "[_].securityContext.privileged", inits + "[_].name (message only)"},
+		},
+		{
+			name:  "a filtered set counted: every list whole, and its conditions",
+			rego:  "violation contains {\"msg\": \"x\"} if { count(input_containers) > 0 }\ninput_containers contains c if {\nc := " + containers + "[_]\nnot input.review.object.metadata.annotations.skip\n}\n",
+			reads: []string{containers, "input.review.object.metadata.annotations.skip"},
+		},
+		{
+			name:  "read on below the set's element: per element, the inner list whole",
+			rego:  "violation contains {\"msg\": msg} if {\np := input_containers[_].ports[_]\np.hostPort > 0\nmsg := \"host port\"\n}" + filteredSet,
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].ports", inits + "[_].(count)", inits + "[_].securityContext.procMount", inits + "[_].ports"},
 		},
 		{
 			name:  "spec iterated: it holds the node's name, so it stays whole",
