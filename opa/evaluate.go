@@ -105,11 +105,21 @@ func (e *Engine) begin(ctx context.Context, pod *Pod, explain bool) (*request, e
 	return e.newRequest(ctx, txn, snap, e.podInput(ctx, txn, pod), explain), nil
 }
 
-// end adds the request's counters to the engine's and closes its
-// transaction.
+// end adds the request's counters to the engine's, returns its scratch
+// and closes its transaction.
 func (r *request) end() {
 	r.addStats()
+	r.release()
 	r.e.store.Abort(r.ctx, r.txn)
+}
+
+// release returns the request's scratch to the pool; the request's node
+// slots are gone with it.
+func (r *request) release() {
+	if r.scratch != nil {
+		r.scratch.release()
+		r.scratch, r.slots, r.slotValues, r.slotNums, r.classAux = nil, nil, nil, nil, nil
+	}
 }
 
 func (e *Engine) newRequest(ctx context.Context, txn storage.Transaction, snap *snapshot, in podInput, explain bool) *request {
@@ -259,7 +269,9 @@ func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
 // candidates fills the request's node slots: request nodes converted, the
 // others looked up in the inventory.
 func (r *request) candidates(cands []Candidate) error {
-	r.slots = make([]nodeSlot, len(cands))
+	r.scratch = scratchPool.Get().(*scratch)
+	r.scratch.grow(len(cands))
+	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.readValue(r.ctx, r.txn, nodeGV).(ast.Object)
 	nameKey := &ast.Term{} // one lookup key for all candidates
 	for i, c := range cands {
@@ -313,8 +325,9 @@ type request struct {
 	// paths they replace; plain is the pod's review as it is.
 	pods  map[string]*podView
 	plain *podView
-	// scratch for the node classes of one constraint
-	classIDs   []int
+	// scratch holds the per-candidate buffers below (scratch.go); classAux
+	// is the node classes' printed values of the constraint being judged.
+	scratch    *scratch
 	classAux   []any
 	bindBuf    bindings
 	slotValues []ast.Value
@@ -521,24 +534,19 @@ func (r *request) addStats() {
 // nodeClasses gives the class of every known candidate for bc, in one
 // pass under one read lock for the inventory nodes already classified.
 func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
-	n := len(r.slots)
 	if r.slotValues == nil {
-		names := make([]string, n)
-		r.slotValues = make([]ast.Value, n)
+		names := r.scratch.names
+		r.slotValues = r.scratch.slotValues
 		for i, s := range r.slots {
 			names[i], r.slotValues[i] = s.name, s.value
 		}
-		r.slotNums = make([]int32, n)
+		r.slotNums = r.scratch.slotNums
 		r.numGen = r.e.names.IDs(names, r.slotNums)
 	}
-	if cap(r.classIDs) < n {
-		r.classIDs = make([]int, n)
-	}
-	ids := r.classIDs[:n]
-	if cap(r.classAux) < n {
-		r.classAux = make([]any, n)
-	}
-	aux := r.classAux[:n]
+	ids, aux := r.scratch.classIDs, r.scratch.classAux
+	clear(ids)
+	clear(aux)
+	r.classAux = aux
 	remember := func(i int) bool { return !r.slots[i].fromRequest }
 	bc.classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)
 	for i := range r.slots {

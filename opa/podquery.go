@@ -138,6 +138,7 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 	}
 	defer e.store.Abort(ctx, txn)
 	r := e.newRequest(ctx, txn, q.snap, q.in, false)
+	defer r.release()
 	defer r.addStats()
 	if err := r.candidates(cands); err != nil {
 		return nil, err

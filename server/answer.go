@@ -27,6 +27,27 @@ type filterAnswer struct {
 	unresolvable []failedNode
 }
 
+// filterBuffers are a filter call's per-node lists (the passed nodes,
+// the denied ones, the names answered), reused by later calls: at 5000
+// candidates they are a few hundred KB per call that the answer, once
+// written, no longer needs.
+type filterBuffers struct {
+	passed       []int
+	unresolvable []failedNode
+	names        []string
+}
+
+var filterBuffersPool = sync.Pool{New: func() any { return new(filterBuffers) }}
+
+// release drops what the lists refer to (placements, names) and returns
+// them to the pool.
+func (b *filterBuffers) release() {
+	clear(b.unresolvable)
+	clear(b.names)
+	b.passed, b.unresolvable, b.names = b.passed[:0], b.unresolvable[:0], b.names[:0]
+	filterBuffersPool.Put(b)
+}
+
 // failedNode is one FailedNodes entry: reason, or the deny message of
 // node index of placement when placement is set (written straight into
 // the answer).

@@ -95,8 +95,10 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	buf := filterBuffersPool.Get().(*filterBuffers)
+	defer buf.release()
 	res := &filterAnswer{}
-	passed := make([]int, 0, len(na.names)) // indexes into na.names
+	passed := buf.passed[:0] // indexes into na.names
 	var denied, unknown int
 	var sample []string
 	for i := range p.Nodes {
@@ -111,7 +113,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			}
 		case p.Denied(i):
 			if res.unresolvable == nil {
-				res.unresolvable = make([]failedNode, 0, len(p.Nodes)-i)
+				res.unresolvable = buf.unresolvable[:0]
 			}
 			res.unresolvable = append(res.unresolvable, failedNode{name: name, placement: p, index: i})
 			denied++
@@ -122,6 +124,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			passed = append(passed, i)
 		}
 	}
+	buf.passed, buf.unresolvable = passed, res.unresolvable
 	s.metrics.countDecisions(verbFilter, p)
 	s.metrics.rejected(verbFilter, denied, unknown)
 	c.rejected = denied + unknown
@@ -133,10 +136,14 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if args.NodeNames != nil {
 		out := []string{}
 		if !na.full {
-			out = make([]string, len(passed))
+			if cap(buf.names) < len(passed) || buf.names == nil {
+				buf.names = make([]string, len(passed)) // never nil: written as []
+			}
+			out = buf.names[:len(passed)]
 			for j, i := range passed {
 				out[j] = na.names[i]
 			}
+			buf.names = out
 		}
 		res.nodeNames = &out
 	}
