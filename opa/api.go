@@ -222,6 +222,7 @@ type Stats struct {
 	MemoResults      int    // results held now
 	MemoBytes        int64  // their estimated size
 	MemoRotations    uint64 // times the memo dropped its older half
+	AnswersReused    uint64 // answers given from a kept one (reuse.go): prioritize after filter
 	EvalErrors       uint64 // evaluations that failed (turned into violations)
 	CompileErrors    uint64 // templates rejected
 	ConstraintErrors uint64 // constraints rejected

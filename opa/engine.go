@@ -79,6 +79,9 @@ type Engine struct {
 	memo  *memo.Memo[[]result]
 	names *memo.Names
 	ph    *placeholders
+	// recent are the last answers, for the next verb of the same
+	// scheduling cycle (reuse.go).
+	recent recent
 	// keyPaths numbers the input paths of memo keys (request.keyCache).
 	keyPaths pathIndex
 	owners   atomic.Uint64

@@ -70,10 +70,20 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if err != nil {
 		return nil, err
 	}
-	r, err := e.begin(ctx, pod, req.Explain)
+	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open store transaction: %w", err)
 	}
+	snap := e.snap.Load()
+	invGen := e.readValue(ctx, txn, generationPath)
+	reusable := e.reusable(req)
+	if reusable {
+		if p := e.recent.reuse(snap.generation, invGen, pod, req.Candidates); p != nil {
+			e.store.Abort(ctx, txn)
+			return p, nil
+		}
+	}
+	r := e.newRequest(ctx, txn, snap, e.podInput(ctx, txn, pod), req.Explain)
 	defer r.end()
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
@@ -88,6 +98,9 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	p.Evaluations = int(r.evals)
 	p.settle()
+	if reusable {
+		e.recent.keep(r, pod, p)
+	}
 	return p, nil
 }
 
@@ -339,6 +352,9 @@ type request struct {
 	// fetched are the pod-only constraints' memo entries and prefetched
 	// evaluations (prefetch.go).
 	fetched map[*boundConstraint]*prefetched
+	// unrepeatable: a constraint judged calls a nondeterministic builtin,
+	// so the answer is not kept for reuse (reuse.go).
+	unrepeatable bool
 	// counters, added to the engine's once per request
 	hits, misses, evals uint64
 }
@@ -356,6 +372,7 @@ type nodeSlot struct {
 func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) error {
 	a := bc.analysis
 	memoOK := r.memoOK(bc)
+	r.unrepeatable = r.unrepeatable || a.Nondeterministic
 	pod := r.podView(bc, memoOK)
 	if a.PerPod() {
 		start := r.now()

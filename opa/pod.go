@@ -58,6 +58,10 @@ func (e *PodFieldError) Error() string {
 // an admission review does. Malformed JSON is a *jsonvalue.SyntaxError
 // (wrapped); a document that is not an object is an error too.
 func DecodePod(b []byte) (*Pod, error) {
+	d := digestOf(b)
+	if p := decodedPods.find(d, b); p != nil {
+		return p, nil
+	}
 	v, err := jsonvalue.Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("malformed pod JSON: %w", err)
@@ -66,7 +70,12 @@ func DecodePod(b []byte) (*Pod, error) {
 	if !ok {
 		return nil, &PodFieldError{Field: "(the pod)", Got: jsonType(v), Want: "object"}
 	}
-	return newPod(obj, true)
+	p, err := newPod(obj, true)
+	if err != nil {
+		return nil, err
+	}
+	decodedPods.add(d, b, p)
+	return p, nil
 }
 
 // NewPod converts unstructured content (apiVersion and kind may be

@@ -93,6 +93,7 @@ func (e *Engine) Stats() Stats {
 		MemoResults:      ms.Results,
 		MemoBytes:        ms.Bytes,
 		MemoRotations:    ms.Rotations,
+		AnswersReused:    e.recent.reused.Load(),
 		Evaluations:      e.stats.evaluations.Load(),
 		MemoHits:         e.stats.memoHits.Load(),
 		MemoMisses:       e.stats.memoMisses.Load(),

@@ -33,11 +33,11 @@ var _ Engine = (*opa.Engine)(nil)
 type Collector struct {
 	engine Engine
 
-	evaluations, memoHits, memoMisses, evalErrors *prometheus.Desc
-	memoResults, memoBytes, memoRotations         *prometheus.Desc
-	compileErrors, constraintErrors               *prometheus.Desc
-	generation, lastApply, inventory              *prometheus.Desc
-	templates, constraints                        *prometheus.Desc
+	evaluations, memoHits, memoMisses, evalErrors        *prometheus.Desc
+	memoResults, memoBytes, memoRotations, answersReused *prometheus.Desc
+	compileErrors, constraintErrors                      *prometheus.Desc
+	generation, lastApply, inventory                     *prometheus.Desc
+	templates, constraints                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -57,6 +57,7 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 		memoResults:      d("memo_results", "Verdicts the engine's memo holds now (bounded by results and bytes)."),
 		memoBytes:        d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
 		memoRotations:    d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
+		answersReused:    d("answers_reused_total", "Answers given from the engine's answer to the same pod moments before (prioritize after filter), restricted to the request's nodes."),
 		evalErrors:       d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
 		compileErrors:    d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
 		constraintErrors: d("constraint_errors_total", "Constraints the engine rejected."),
@@ -72,7 +73,7 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
-		c.memoResults, c.memoBytes, c.memoRotations,
+		c.memoResults, c.memoBytes, c.memoRotations, c.answersReused,
 		c.constraintErrors, c.generation, c.lastApply, c.inventory, c.templates, c.constraints,
 	} {
 		ch <- d
@@ -89,6 +90,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.memoHits, st.MemoHits)
 	counter(c.memoMisses, st.MemoMisses)
 	counter(c.memoRotations, st.MemoRotations)
+	counter(c.answersReused, st.AnswersReused)
 	ch <- prometheus.MustNewConstMetric(c.memoResults, prometheus.GaugeValue, float64(st.MemoResults))
 	ch <- prometheus.MustNewConstMetric(c.memoBytes, prometheus.GaugeValue, float64(st.MemoBytes))
 	counter(c.evalErrors, st.EvalErrors)

@@ -1,0 +1,195 @@
+package opa
+
+import (
+	"bytes"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Answers reused between the verbs of one scheduling cycle. kube-scheduler
+// calls filter with the pod and its candidates, then prioritize with the
+// same pod and the candidates that passed: the second answer is the first
+// one for fewer nodes. Engine.Evaluate keeps its last answers (recent) and
+// gives a later request its answer restricted to the request's candidates
+// when nothing the verdicts depend on can have changed:
+//
+//   - the pod is the same *Pod: DecodePod gives the pod it made moments
+//     before for the same JSON, byte for byte (decodedPods), and a Pod is
+//     never changed once made;
+//   - the candidates are all named, none carried as an object, and all
+//     were candidates of the kept answer (an unknown node stays unknown:
+//     the inventory did not change);
+//   - the policy set and the inventory are those in force now: their
+//     generations, read in the request's own store transaction, are the
+//     kept answer's;
+//   - the kept answer is repeatable: no constraint it judged calls a
+//     nondeterministic builtin, and its request's context was not done
+//     (no verdict was cut short by a deadline);
+//   - neither request asked for explain, and the engine has its memo (an
+//     engine without it is the reference, which evaluates every review).
+//
+// Only what Evaluate computed is shared: the restricted answer has its own
+// node list and cells, the results (read-only) are the kept answer's.
+
+// recentAnswers is how many answers Evaluate keeps, and recentPods how
+// many pods DecodePod remembers: one per scheduler profile or replica
+// calling at once is plenty.
+const (
+	recentAnswers = 4
+	recentPods    = 4
+)
+
+var podDigestSeed = maphash.MakeSeed()
+
+// podDigest finds a pod's JSON among the remembered ones quickly; the
+// bytes themselves are compared before a pod is given out.
+type podDigest struct {
+	sum  uint64
+	size int
+}
+
+func digestOf(b []byte) podDigest {
+	return podDigest{sum: maphash.Bytes(podDigestSeed, b), size: len(b)}
+}
+
+// decodedPods are the pods DecodePod made last, with the JSON they were
+// read from (a copy: the caller's buffer is reused).
+var decodedPods podCache
+
+type podCache struct {
+	mu   sync.Mutex
+	pods [recentPods]struct {
+		digest podDigest
+		src    []byte
+		pod    *Pod
+	}
+	next int
+}
+
+func (c *podCache) find(d podDigest, b []byte) *Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.pods {
+		if e := &c.pods[i]; e.pod != nil && e.digest == d && bytes.Equal(e.src, b) {
+			return e.pod
+		}
+	}
+	return nil
+}
+
+func (c *podCache) add(d podDigest, b []byte, p *Pod) {
+	src := bytes.Clone(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := &c.pods[c.next]
+	e.digest, e.src, e.pod = d, src, p
+	c.next = (c.next + 1) % recentPods
+}
+
+type keptAnswer struct {
+	pod        *Pod
+	generation uint64
+	inventory  ast.Value
+	p          *Placement
+	once       sync.Once
+	index      map[string]int // node name -> index in p.Nodes, built on first reuse
+}
+
+type recent struct {
+	mu      sync.Mutex
+	answers [recentAnswers]*keptAnswer
+	next    int
+	reused  atomic.Uint64
+}
+
+// reusable reports whether req may take or give a kept answer.
+func (e *Engine) reusable(req PlacementRequest) bool {
+	if req.Explain || e.opts.DisableMemo || len(req.Candidates) == 0 {
+		return false
+	}
+	for i := range req.Candidates {
+		if req.Candidates[i].Object != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// reuse gives a kept answer for pod under the policy and inventory
+// generations in force, restricted to cands, or nil.
+func (c *recent) reuse(generation uint64, inventory ast.Value, pod *Pod, cands []Candidate) *Placement {
+	if inventory == nil {
+		return nil
+	}
+	c.mu.Lock()
+	var k *keptAnswer
+	for _, a := range c.answers {
+		if a != nil && a.pod == pod && a.generation == generation && a.inventory.Compare(inventory) == 0 {
+			k = a
+			break
+		}
+	}
+	c.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	k.once.Do(func() {
+		k.index = make(map[string]int, len(k.p.Nodes))
+		for i := range k.p.Nodes {
+			k.index[k.p.Nodes[i].Name] = i
+		}
+	})
+	idx := make([]int, len(cands))
+	for j := range cands {
+		i, ok := k.index[cands[j].Name]
+		if !ok {
+			return nil
+		}
+		idx[j] = i
+	}
+	c.reused.Add(1)
+	return k.p.restrict(idx)
+}
+
+// keep remembers p, r's answer, when it is repeatable.
+func (c *recent) keep(r *request, pod *Pod, p *Placement) {
+	if r.unrepeatable || r.ctx.Err() != nil || r.invGen.Value == nil {
+		return
+	}
+	k := &keptAnswer{pod: pod, generation: r.snap.generation, inventory: r.invGen.Value, p: p}
+	c.mu.Lock()
+	c.answers[c.next] = k
+	c.next = (c.next + 1) % recentAnswers
+	c.mu.Unlock()
+}
+
+// restrict is p for the nodes at idx (indexes into p.Nodes, in the new
+// answer's order): the same verdicts, no evaluation of its own.
+func (p *Placement) restrict(idx []int) *Placement {
+	out := &Placement{
+		Nodes:                  make([]NodeVerdict, len(idx)),
+		Common:                 p.Common,
+		MatchedWarnConstraints: p.MatchedWarnConstraints,
+		Generation:             p.Generation,
+		commonDeny:             p.commonDeny,
+		commonWarn:             p.commonWarn,
+		columns:                make([]column, len(p.columns)),
+	}
+	for j, i := range idx {
+		out.Nodes[j] = NodeVerdict{Name: p.Nodes[i].Name, Unknown: p.Nodes[i].Unknown}
+	}
+	for k, c := range p.columns {
+		if c.cells != nil {
+			cells := make([]cell, len(idx))
+			for j, i := range idx {
+				cells[j] = c.cells[i]
+			}
+			c.cells = cells
+		}
+		out.columns[k] = c
+	}
+	return out
+}

@@ -1,0 +1,232 @@
+package opa_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// decoded is p as the server gives it to the engine: decoded from its
+// JSON.
+func decoded(t testing.TB, p map[string]any) *opa.Pod {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := opa.DecodePod(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// answer is what the extender's verbs read of a placement: per node, its
+// violations, whether it is denied, its deny message and score.
+func answer(p *opa.Placement) []string {
+	out := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		out[i] = fmt.Sprintf("%s unknown=%v denied=%v score=%d msg=%q %v", n.Name, n.Unknown, p.Denied(i), p.Score(i), p.DenyMessage(i), p.Violations(i))
+	}
+	return out
+}
+
+// everyOther is cands[1], cands[3], ...: prioritize's share of filter's.
+func everyOther(cands []opa.Candidate) []opa.Candidate {
+	var out []opa.Candidate
+	for i := 1; i < len(cands); i += 2 {
+		out = append(out, cands[i])
+	}
+	return out
+}
+
+// TestAnswerReusedForTheNextVerb: a second request for the same pod JSON,
+// on a subset of the candidates, with nothing changed, is the first
+// answer restricted (no evaluation, AnswersReused counts it) and says what
+// a fresh evaluation says; a change of the inventory or of the policies, a
+// pod that is not the same JSON, explain, or a nondeterministic template
+// make it evaluate again.
+func TestAnswerReusedForTheNextVerb(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, opa.Options{}, examples)
+	var cands []opa.Candidate
+	for i, tenant := range []string{"alpha", "beta", "", "alpha", "beta", ""} {
+		name := fmt.Sprintf("n%d", i)
+		apply(t, e, node(name, map[string]string{"tenant": tenant}))
+		cands = append(cands, opa.Candidate{Name: name})
+	}
+	cands = append(cands, opa.Candidate{Name: "not-in-inventory"})
+	sub := everyOther(cands)
+	fresh := func(p *opa.Pod, cs []opa.Candidate) []string {
+		t.Helper()
+		got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cs, Explain: true}) // explain: never reused
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answer(got)
+	}
+	ask := func(p *opa.Pod, cs []opa.Candidate) (*opa.Placement, bool) {
+		t.Helper()
+		before := e.Stats().AnswersReused
+		got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, e.Stats().AnswersReused > before
+	}
+
+	for _, ns := range []string{"alpha", "default"} {
+		pm := pod(ns, "web-1")
+		if _, reused := ask(decoded(t, pm), cands); reused {
+			t.Fatalf("%s: the first request was answered from a kept answer", ns)
+		}
+		got, reused := ask(decoded(t, pm), sub)
+		if !reused || got.Evaluations != 0 {
+			t.Errorf("%s: the next verb's request was not reused (reused %v, %d evaluations)", ns, reused, got.Evaluations)
+		}
+		if g, w := answer(got), fresh(decoded(t, pm), sub); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: reused answer\n got  %q\n want %q", ns, g, w)
+		}
+	}
+
+	pm := pod("alpha", "web-2")
+	ask(decoded(t, pm), cands)
+	other := pod("alpha", "web-3")
+	if _, reused := ask(decoded(t, other), sub); reused {
+		t.Error("another pod's request was answered from web-2's answer")
+	}
+	if _, reused := ask(decoded(t, pm), []opa.Candidate{{Name: "n0"}, {Name: "n-new"}}); reused {
+		t.Error("a candidate the kept answer did not judge was answered from it")
+	}
+	ask(decoded(t, pm), cands)
+	apply(t, e, node("n1", map[string]string{"tenant": "alpha"})) // the inventory changes
+	got, reused := ask(decoded(t, pm), sub)
+	if reused {
+		t.Error("answered from a kept answer after the inventory changed")
+	}
+	if g, w := answer(got), fresh(decoded(t, pm), sub); !reflect.DeepEqual(g, w) {
+		t.Errorf("after the inventory changed\n got  %q\n want %q", g, w)
+	}
+	ask(decoded(t, pm), cands)
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego), constraintObj(t, "K8sNodeLabel", "disk", map[string]any{"key": "disk", "value": "ssd"}))
+	got, reused = ask(decoded(t, pm), sub)
+	if reused {
+		t.Error("answered from a kept answer after the policies changed")
+	}
+	if g, w := answer(got), fresh(decoded(t, pm), sub); !reflect.DeepEqual(g, w) {
+		t.Errorf("after the policies changed\n got  %q\n want %q", g, w)
+	}
+
+	// Content given as a map is converted anew by every request: a new
+	// pod each time, never answered from a kept answer.
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: cands}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Stats().AnswersReused
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: sub}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().AnswersReused != before {
+		t.Error("a pod given as content was answered from a kept answer")
+	}
+
+	// A nondeterministic template's verdicts are judged again every time.
+	apply(t, e, regoTemplate(t, "K8sClock", "package clock\nviolation[{\"msg\": \"odd second\"}] { time.now_ns() % 2 == 1 }"),
+		constraintObj(t, "K8sClock", "clock", nil))
+	ask(decoded(t, pm), cands)
+	if _, reused := ask(decoded(t, pm), sub); reused {
+		t.Error("an answer with a nondeterministic template was reused")
+	}
+}
+
+// TestReusedAnswersConcurrently: answers kept and reused by several
+// goroutines at once, each reading its answer's messages and scores while
+// the others do (-race checks that a kept answer is only read).
+func TestReusedAnswersConcurrently(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, opa.Options{}, examples)
+	var cands []opa.Candidate
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("n%d", i)
+		apply(t, e, node(name, map[string]string{"tenant": []string{"alpha", "beta", ""}[i%3]}))
+		cands = append(cands, opa.Candidate{Name: name})
+	}
+	want := map[string][]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		got, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("alpha", name), Candidates: everyOther(cands), Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = answer(got)
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				name := []string{"a", "b", "c"}[(i+w)%3]
+				p := decoded(t, pod("alpha", name))
+				if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands}); err != nil {
+					errc <- err
+					return
+				}
+				got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands)})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if g := answer(got); !reflect.DeepEqual(g, want[name]) {
+					errc <- fmt.Errorf("pod %s: got %q, want %q", name, g, want[name])
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if e.Stats().AnswersReused == 0 {
+		t.Error("no answer was reused")
+	}
+}
+
+// TestDecodePodGivesTheSamePodForTheSameJSON: the same bytes give the pod
+// decoded moments before (what lets prioritize take filter's answer);
+// other bytes, even one space apart, decode anew.
+func TestDecodePodGivesTheSamePodForTheSameJSON(t *testing.T) {
+	b, err := json.Marshal(pod("default", "same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := opa.DecodePod(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := opa.DecodePod(append([]byte(nil), b...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Error("the same JSON decoded to another pod")
+	}
+	spaced := append(append([]byte(nil), b[:len(b)-1]...), ' ', '}')
+	other, err := opa.DecodePod(spaced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == first {
+		t.Error("other bytes gave the remembered pod")
+	}
+	if other.Name() != "same" {
+		t.Errorf("decoded %q", other.Name())
+	}
+}
