@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -278,50 +277,31 @@ func TestConcurrentEvaluationWhilePoliciesChange(t *testing.T) {
 		objs = append(objs, node(cands[i].Name, map[string]string{"tenant": []string{"alpha", "beta", ""}[i%3]}))
 	}
 	apply(t, e, objs...)
-	deadline := time.Now().Add(2 * time.Second)
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; time.Now().Before(deadline); i++ {
-				p := pod([]string{"alpha", "default"}[i%2], fmt.Sprintf("w%d-%d", w, i))
-				res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: p, Candidates: cands})
-				if err != nil {
-					errc <- err
-					return
-				}
-				for i := range res.Nodes {
-					for _, x := range res.Violations(i) {
-						if x.Error {
-							errc <- fmt.Errorf("evaluation error during churn: %s", x.Message)
-							return
-						}
-					}
-				}
-			}
-		}(w)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; time.Now().Before(deadline); i++ {
-			tmpl := regoTemplate(t, "K8sNodeLabel", nodeLabelRego+fmt.Sprintf("\n# revision %d", i))
-			cons := constraintObj(t, "K8sNodeLabel", "churn", map[string]any{"key": "tenant", "value": fmt.Sprint(i % 2)})
-			n := node(cands[i%len(cands)].Name, map[string]string{"tenant": []string{"alpha", "beta"}[i%2]})
-			if errs := e.Apply(ctx, []opa.Change{{Object: tmpl}, {Object: cons}, {Object: n}}); len(errs) > 0 {
-				errc <- fmt.Errorf("apply: %v", errs)
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+	work := func(w, i int) error {
+		p := pod([]string{"alpha", "default"}[i%2], fmt.Sprintf("w%d-%d", w, i))
+		res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: p, Candidates: cands})
+		if err != nil {
+			return err
 		}
-	}()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
+		for i := range res.Nodes {
+			for _, x := range res.Violations(i) {
+				if x.Error {
+					return fmt.Errorf("evaluation error during churn: %s", x.Message)
+				}
+			}
+		}
+		return nil
 	}
+	change := func(i int) error {
+		tmpl := regoTemplate(t, "K8sNodeLabel", nodeLabelRego+fmt.Sprintf("\n# revision %d", i))
+		cons := constraintObj(t, "K8sNodeLabel", "churn", map[string]any{"key": "tenant", "value": fmt.Sprint(i % 2)})
+		n := node(cands[i%len(cands)].Name, map[string]string{"tenant": []string{"alpha", "beta"}[i%2]})
+		if errs := e.Apply(ctx, []opa.Change{{Object: tmpl}, {Object: cons}, {Object: n}}); len(errs) > 0 {
+			return fmt.Errorf("apply: %v", errs)
+		}
+		return nil
+	}
+	churn(t, 2*time.Second, 5*time.Millisecond, 4, work, change)
 }
 
 func TestParametersFollowTheSchema(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -119,4 +121,35 @@ func names(prefix string, n int) []opa.Candidate {
 		out[i] = opa.Candidate{Name: fmt.Sprintf("%s-%d", prefix, i)}
 	}
 	return out
+}
+
+// churn runs work on workers goroutines and change on one more, each in a
+// loop (i counts the rounds, change pausing between them) until d has
+// passed, and fails t with the first error of each.
+func churn(t *testing.T, d, pause time.Duration, workers int, work func(w, i int) error, change func(i int) error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers+1)
+	loop := func(f func(i int) error, pause time.Duration) {
+		defer wg.Done()
+		for i := 0; time.Now().Before(deadline); i++ {
+			if err := f(i); err != nil {
+				errc <- err
+				return
+			}
+			time.Sleep(pause)
+		}
+	}
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go loop(func(i int) error { return work(w, i) }, 0)
+	}
+	wg.Add(1)
+	go loop(change, pause)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
 }

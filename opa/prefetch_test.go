@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,53 +84,33 @@ func TestPrefetchWhilePoliciesChange(t *testing.T) {
 		t.Fatal("no K8sContainerLimits constraint in the library")
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(time.Second)
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	for w := 0; w < 3; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; time.Now().Before(deadline); i++ {
-				c := renamed(samples[(i*3+w)%len(samples)], i)
-				eachContainer(c, func(m map[string]any) { m["image"] = fmt.Sprintf("%v-w%d-%d", m["image"], w, i) })
-				res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: c, Candidates: cands})
-				if err != nil {
-					errc <- err
-					return
-				}
-				want, err := ref.Evaluate(ctx, opa.PlacementRequest{Pod: c, Candidates: cands})
-				if err != nil {
-					errc <- err
-					return
-				}
-				for n := range res.Nodes {
-					if g, w := unchanging(res.Violations(n)), unchanging(want.Violations(n)); !reflect.DeepEqual(g, w) {
-						errc <- fmt.Errorf("pod %v node %d during churn:\n got  %v\n want %v", c["metadata"], n, g, w)
-						return
-					}
-				}
-			}
-		}(w)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; time.Now().Before(deadline); i++ {
-			c := limits.DeepCopy()
-			unstructured.SetNestedField(c.Object, fmt.Sprintf("%dm", 100+i), "spec", "parameters", "cpu")
-			if errs := e.Apply(ctx, []opa.Change{{Object: c}}); len(errs) > 0 {
-				errc <- fmt.Errorf("apply: %v", errs)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+	work := func(w, i int) error {
+		c := renamed(samples[(i*3+w)%len(samples)], i)
+		eachContainer(c, func(m map[string]any) { m["image"] = fmt.Sprintf("%v-w%d-%d", m["image"], w, i) })
+		res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: c, Candidates: cands})
+		if err != nil {
+			return err
 		}
-	}()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
+		want, err := ref.Evaluate(ctx, opa.PlacementRequest{Pod: c, Candidates: cands})
+		if err != nil {
+			return err
+		}
+		for n := range res.Nodes {
+			if g, w := unchanging(res.Violations(n)), unchanging(want.Violations(n)); !reflect.DeepEqual(g, w) {
+				return fmt.Errorf("pod %v node %d during churn:\n got  %v\n want %v", c["metadata"], n, g, w)
+			}
+		}
+		return nil
 	}
+	change := func(i int) error {
+		c := limits.DeepCopy()
+		unstructured.SetNestedField(c.Object, fmt.Sprintf("%dm", 100+i), "spec", "parameters", "cpu")
+		if errs := e.Apply(ctx, []opa.Change{{Object: c}}); len(errs) > 0 {
+			return fmt.Errorf("apply: %v", errs)
+		}
+		return nil
+	}
+	churn(t, time.Second, 10*time.Millisecond, 3, work, change)
 }
 
 // unchanging drops the violations of the constraint the churn changes.
