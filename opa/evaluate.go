@@ -65,6 +65,9 @@ func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node strin
 
 // Evaluate judges each candidate node for the pod: the violations of every
 // constraint that matches the pod and applies at this enforcement point.
+// It keeps nothing of req.Candidates once it returns (callers reuse the
+// list), and may answer from its answer to the same pod moments before
+// (reuse.go).
 func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement, error) {
 	pod, err := req.pod()
 	if err != nil {

@@ -93,6 +93,10 @@ type nodeArgs struct {
 	full bool
 }
 
+// candidateBuffers are the engine's candidate lists, reused by later
+// requests: Evaluate keeps nothing of them once it returns.
+var candidateBuffers = sync.Pool{New: func() any { return new([]opa.Candidate) }}
+
 // parseNodes validates and deduplicates the nodes of an ExtenderArgs.
 // Neither list set is a valid, empty request.
 func parseNodes(args *extenderv1.ExtenderArgs) (nodeArgs, *requestError) {
@@ -163,8 +167,12 @@ func dedupeNames(names []string) []string {
 
 // candidates builds the engine's candidate list: names only, or names and
 // the given Node objects.
-func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs) ([]opa.Candidate, *requestError) {
-	cs := make([]opa.Candidate, len(na.names))
+func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs, cs []opa.Candidate) ([]opa.Candidate, *requestError) {
+	if cap(cs) < len(na.names) {
+		cs = make([]opa.Candidate, len(na.names))
+	}
+	cs = cs[:len(na.names)]
+	clear(cs)
 	for i, name := range na.names {
 		cs[i].Name = name
 		if na.full {

@@ -65,7 +65,13 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	if len(na.names) == 0 {
 		return args, pod, na, &opa.Placement{}, nil
 	}
-	cands, rerr := na.candidates(args)
+	buf := candidateBuffers.Get().(*[]opa.Candidate)
+	defer func() {
+		clear((*buf)[:cap(*buf)]) // nodes and names of this request: not the pool's to keep
+		candidateBuffers.Put(buf)
+	}()
+	cands, rerr := na.candidates(args, *buf)
+	*buf = cands
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,7 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 	f.mu.Lock()
 	f.calls++
 	f.last = req
+	f.last.Candidates = slices.Clone(req.Candidates) // the server reuses its list (Policy's contract)
 	_, f.hadDeadline = ctx.Deadline()
 	err, panicWith, delay, misbehave := f.err, f.panicWith, f.delay, f.misbehave
 	f.mu.Unlock()

@@ -16,7 +16,8 @@ import (
 // satisfies it; tests use fakes.
 type Policy interface {
 	// Evaluate judges the request's candidates for its pod. ctx carries the
-	// request deadline (Options.RequestTimeout).
+	// request deadline (Options.RequestTimeout). It keeps nothing of
+	// req.Candidates once it returns: the server reuses the list.
 	Evaluate(ctx context.Context, req opa.PlacementRequest) (*opa.Placement, error)
 	// Status describes the loaded policy set (/debug/policies, metrics).
 	Status() opa.Status
