@@ -83,7 +83,25 @@ type PlacementRequest struct {
 	// Explain records, per node, every constraint that matched the pod with
 	// its verdict and the time spent, for /debug/explain.
 	Explain bool
+	// Reuse is how the answer may be shared with the next request for the
+	// same pod (reuse.go): the extender's filter keeps its answer, and
+	// prioritize, which can only change scores, takes it. Zero: neither.
+	Reuse Reuse
 }
+
+// Reuse says whether a request keeps its answer for the next one, or may
+// take a kept answer.
+type Reuse uint8
+
+const (
+	// ReuseNone evaluates and keeps nothing.
+	ReuseNone Reuse = iota
+	// ReuseKeep evaluates and keeps the answer (filter).
+	ReuseKeep
+	// ReuseTake answers from a kept answer when one fits, else evaluates
+	// (prioritize).
+	ReuseTake
+)
 
 // pod is the request's pod, converted.
 func (req *PlacementRequest) pod() (*Pod, error) {

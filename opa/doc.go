@@ -26,5 +26,9 @@
 // (package internal/analysis); values that are only printed into messages
 // are left out of that key and put back into the results (message.go); the
 // memo and the node classes are bounded, leak-free caches (package
-// internal/memo).
+// internal/memo). A pod new to the memo has its pod-only misses evaluated
+// on several goroutines (prefetch.go); a request's per-candidate buffers
+// are reused (scratch.go); and the answer to a pod is reused for the next
+// verb of the same scheduling cycle while nothing it depends on changed
+// (reuse.go).
 package opa

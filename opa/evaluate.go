@@ -66,8 +66,8 @@ func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node strin
 // Evaluate judges each candidate node for the pod: the violations of every
 // constraint that matches the pod and applies at this enforcement point.
 // It keeps nothing of req.Candidates once it returns (callers reuse the
-// list), and may answer from its answer to the same pod moments before
-// (reuse.go).
+// list); with req.Reuse it keeps its answer for, or answers from, the
+// request for the same pod moments before (reuse.go).
 func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement, error) {
 	pod, err := req.pod()
 	if err != nil {
@@ -80,8 +80,8 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	snap := e.snap.Load()
 	invGen := e.readValue(ctx, txn, generationPath)
 	reusable := e.reusable(req)
-	if reusable {
-		if p := e.recent.reuse(snap.generation, invGen, pod, req.Candidates); p != nil {
+	if reusable && req.Reuse == ReuseTake {
+		if p := e.recent.reuse(snap, invGen, pod, req.Candidates); p != nil {
 			e.store.Abort(ctx, txn)
 			return p, nil
 		}
@@ -101,7 +101,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	p.Evaluations = int(r.evals)
 	p.settle()
-	if reusable {
+	if reusable && req.Reuse == ReuseKeep {
 		e.recent.keep(r, pod, p)
 	}
 	return p, nil

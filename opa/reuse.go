@@ -12,9 +12,11 @@ import (
 // Answers reused between the verbs of one scheduling cycle. kube-scheduler
 // calls filter with the pod and its candidates, then prioritize with the
 // same pod and the candidates that passed: the second answer is the first
-// one for fewer nodes. Engine.Evaluate keeps its last answers (recent) and
-// gives a later request its answer restricted to the request's candidates
-// when nothing the verdicts depend on can have changed:
+// one for fewer nodes. A request with ReuseKeep (the extender's filter)
+// leaves its answer in Engine.recent; one with ReuseTake (prioritize,
+// whose answer can only change scores, never deny a node) gets it,
+// restricted to its candidates, when nothing the verdicts depend on can
+// have changed:
 //
 //   - the pod is the same *Pod: DecodePod gives the pod it made moments
 //     before for the same JSON, byte for byte (decodedPods), and a Pod is
@@ -22,9 +24,11 @@ import (
 //   - the candidates are all named, none carried as an object, and all
 //     were candidates of the kept answer (an unknown node stays unknown:
 //     the inventory did not change);
-//   - the policy set and the inventory are those in force now: their
-//     generations, read in the request's own store transaction, are the
-//     kept answer's;
+//   - the policy set and the inventory are those in force now: the same
+//     snapshot (the very value, not its generation number: a snapshot
+//     built while another waits for its compiler can carry the same
+//     number) and the same inventory generation, read in the request's
+//     own store transaction;
 //   - the kept answer is repeatable: no constraint it judged calls a
 //     nondeterministic builtin, and its request's context was not done
 //     (no verdict was cut short by a deadline);
@@ -90,12 +94,12 @@ func (c *podCache) add(d podDigest, b []byte, p *Pod) {
 }
 
 type keptAnswer struct {
-	pod        *Pod
-	generation uint64
-	inventory  ast.Value
-	p          *Placement
-	once       sync.Once
-	index      map[string]int // node name -> index in p.Nodes, built on first reuse
+	pod       *Pod
+	snap      *snapshot
+	inventory ast.Value
+	p         *Placement
+	once      sync.Once
+	index     map[string]int // node name -> index in p.Nodes, built on first reuse
 }
 
 type recent struct {
@@ -107,7 +111,7 @@ type recent struct {
 
 // reusable reports whether req may take or give a kept answer.
 func (e *Engine) reusable(req PlacementRequest) bool {
-	if req.Explain || e.opts.DisableMemo || len(req.Candidates) == 0 {
+	if req.Reuse == ReuseNone || req.Explain || e.opts.DisableMemo || len(req.Candidates) == 0 {
 		return false
 	}
 	for i := range req.Candidates {
@@ -118,16 +122,16 @@ func (e *Engine) reusable(req PlacementRequest) bool {
 	return true
 }
 
-// reuse gives a kept answer for pod under the policy and inventory
-// generations in force, restricted to cands, or nil.
-func (c *recent) reuse(generation uint64, inventory ast.Value, pod *Pod, cands []Candidate) *Placement {
+// reuse gives a kept answer for pod under the policy set and inventory
+// generation in force, restricted to cands, or nil.
+func (c *recent) reuse(snap *snapshot, inventory ast.Value, pod *Pod, cands []Candidate) *Placement {
 	if inventory == nil {
 		return nil
 	}
 	c.mu.Lock()
 	var k *keptAnswer
 	for _, a := range c.answers {
-		if a != nil && a.pod == pod && a.generation == generation && a.inventory.Compare(inventory) == 0 {
+		if a != nil && a.pod == pod && a.snap == snap && a.inventory.Compare(inventory) == 0 {
 			k = a
 			break
 		}
@@ -159,7 +163,7 @@ func (c *recent) keep(r *request, pod *Pod, p *Placement) {
 	if r.unrepeatable || r.ctx.Err() != nil || r.invGen.Value == nil {
 		return
 	}
-	k := &keptAnswer{pod: pod, generation: r.snap.generation, inventory: r.invGen.Value, p: p}
+	k := &keptAnswer{pod: pod, snap: r.snap, inventory: r.invGen.Value, p: p}
 	c.mu.Lock()
 	c.answers[c.next] = k
 	c.next = (c.next + 1) % recentAnswers

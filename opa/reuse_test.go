@@ -70,10 +70,16 @@ func TestAnswerReusedForTheNextVerb(t *testing.T) {
 		}
 		return answer(got)
 	}
+	// ask is filter's request (the whole list: keep) or prioritize's
+	// (fewer: take), as the server sends them.
 	ask := func(p *opa.Pod, cs []opa.Candidate) (*opa.Placement, bool) {
 		t.Helper()
 		before := e.Stats().AnswersReused
-		got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cs})
+		mode := opa.ReuseTake
+		if len(cs) == len(cands) {
+			mode = opa.ReuseKeep
+		}
+		got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cs, Reuse: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +109,21 @@ func TestAnswerReusedForTheNextVerb(t *testing.T) {
 	if _, reused := ask(decoded(t, pm), []opa.Candidate{{Name: "n0"}, {Name: "n-new"}}); reused {
 		t.Error("a candidate the kept answer did not judge was answered from it")
 	}
+	// Without Reuse (the plugin build's requests, explain, tools) nothing
+	// is kept or taken.
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: decoded(t, pm), Candidates: sub}); err != nil {
+		t.Fatal(err)
+	}
+	if _, reused := ask(decoded(t, pod("alpha", "web-4")), sub); reused {
+		t.Error("a pod never kept was answered from a kept answer")
+	}
+	before := e.Stats().AnswersReused
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: decoded(t, pm), Candidates: sub}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().AnswersReused != before {
+		t.Error("a request without Reuse was answered from a kept answer")
+	}
 	ask(decoded(t, pm), cands)
 	apply(t, e, node("n1", map[string]string{"tenant": "alpha"})) // the inventory changes
 	got, reused := ask(decoded(t, pm), sub)
@@ -124,11 +145,11 @@ func TestAnswerReusedForTheNextVerb(t *testing.T) {
 
 	// Content given as a map is converted anew by every request: a new
 	// pod each time, never answered from a kept answer.
-	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: cands}); err != nil {
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: cands, Reuse: opa.ReuseKeep}); err != nil {
 		t.Fatal(err)
 	}
-	before := e.Stats().AnswersReused
-	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: sub}); err != nil {
+	before = e.Stats().AnswersReused
+	if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pm, Candidates: sub, Reuse: opa.ReuseTake}); err != nil {
 		t.Fatal(err)
 	}
 	if e.Stats().AnswersReused != before {
@@ -173,11 +194,11 @@ func TestReusedAnswersConcurrently(t *testing.T) {
 			for i := 0; i < 50; i++ {
 				name := []string{"a", "b", "c"}[(i+w)%3]
 				p := decoded(t, pod("alpha", name))
-				if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands}); err != nil {
+				if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands, Reuse: opa.ReuseKeep}); err != nil {
 					errc <- err
 					return
 				}
-				got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands)})
+				got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands), Reuse: opa.ReuseTake})
 				if err != nil {
 					errc <- err
 					return

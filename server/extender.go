@@ -77,7 +77,13 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	}
 	ctx, cancel := s.withTimeout(r)
 	defer cancel()
-	p, rerr := s.evaluate(ctx, opa.PlacementRequest{Decoded: pod, Candidates: cands})
+	// filter keeps its answer for the prioritize call that follows it for
+	// the same pod; prioritize takes it (it changes scores only).
+	reuse := opa.ReuseKeep
+	if c.verb == verbPrioritize {
+		reuse = opa.ReuseTake
+	}
+	p, rerr := s.evaluate(ctx, opa.PlacementRequest{Decoded: pod, Candidates: cands, Reuse: reuse})
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
