@@ -73,20 +73,18 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if err != nil {
 		return nil, err
 	}
-	txn, err := e.store.NewTransaction(ctx)
+	v, err := e.openView(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open store transaction: %w", err)
+		return nil, err
 	}
-	snap := e.snap.Load()
-	invGen := e.readValue(ctx, txn, generationPath)
 	reusable := e.reusable(req)
 	if reusable && req.Reuse == ReuseTake {
-		if p := e.recent.reuse(snap, invGen, pod, req.Candidates); p != nil {
-			e.store.Abort(ctx, txn)
+		if p := e.recent.reuse(v.snap, v.invGen, pod, req.Candidates); p != nil {
+			e.store.Abort(ctx, v.txn)
 			return p, nil
 		}
 	}
-	r := e.newRequest(ctx, txn, snap, e.podInput(ctx, txn, pod), req.Explain)
+	r := e.newRequest(ctx, v, e.podInput(ctx, v.txn, pod), req.Explain)
 	defer r.end()
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
@@ -107,18 +105,32 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	return p, nil
 }
 
-// begin opens a request for the pod: a store transaction and the policy
-// set in force. The transaction first: while it is open no commit
-// completes, so the policy set loaded next is the one in force for its
-// inventory, or the one just before (see commit and nodeview.go). end
+// begin opens a request for the pod on a view of the store (openView). end
 // closes it.
 func (e *Engine) begin(ctx context.Context, pod *Pod, explain bool) (*request, error) {
+	v, err := e.openView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.newRequest(ctx, v, e.podInput(ctx, v.txn, pod), explain), nil
+}
+
+// storeView is what a request reads: a store transaction, the policy set
+// and the inventory generation. The transaction first: while it is open no
+// commit completes, so the policy set loaded next is the one in force for
+// its inventory, or the one just before (see commit and nodeview.go).
+type storeView struct {
+	txn    storage.Transaction
+	snap   *snapshot
+	invGen ast.Value
+}
+
+func (e *Engine) openView(ctx context.Context) (storeView, error) {
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open store transaction: %w", err)
+		return storeView{}, fmt.Errorf("open store transaction: %w", err)
 	}
-	snap := e.snap.Load()
-	return e.newRequest(ctx, txn, snap, e.podInput(ctx, txn, pod), explain), nil
+	return storeView{txn: txn, snap: e.snap.Load(), invGen: e.readValue(ctx, txn, generationPath)}, nil
 }
 
 // end adds the request's counters to the engine's, returns its scratch
@@ -138,10 +150,10 @@ func (r *request) release() {
 	}
 }
 
-func (e *Engine) newRequest(ctx context.Context, txn storage.Transaction, snap *snapshot, in podInput, explain bool) *request {
+func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, explain bool) *request {
 	return &request{
-		e: e, ctx: ctx, txn: txn, snap: snap, in: in,
-		invGen:    ast.NewTerm(e.readValue(ctx, txn, generationPath)),
+		e: e, ctx: ctx, txn: v.txn, snap: v.snap, in: in,
+		invGen:    ast.NewTerm(v.invGen),
 		explain:   explain,
 		podReview: ast.NewTerm(in.review),
 	}
@@ -705,18 +717,19 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 // class.
 func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]result, bool, error) {
 	var e *memoEntry
-	f := r.fetched[bc]
-	if memoOK {
-		if f != nil {
-			e = f.entry
-		} else {
-			e = r.entry(bc, r.podKey(bc, r.podReview, pod))
-		}
-		if f == nil || !f.evaluated {
-			if res, ok := e.Get(0); ok {
-				r.hits++
-				return res, true, nil
-			}
+	f := r.fetched[bc] // only for memoised constraints
+	switch {
+	case f != nil && f.hit:
+		r.hits++
+		return f.res, true, nil
+	case f != nil:
+		e = f.entry // a miss, found by prefetch
+		r.misses++
+	case memoOK:
+		e = r.entry(bc, r.podKey(bc, r.podReview, pod))
+		if res, ok := e.Get(0); ok {
+			r.hits++
+			return res, true, nil
 		}
 		r.misses++
 	}

@@ -2,7 +2,6 @@ package opa
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,17 +126,17 @@ func (q *PodQuery) MayDenyNodes() bool { return q.mayDeny }
 // Evaluate judges the pod on the candidates, as Engine.Evaluate does.
 func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement, error) {
 	e := q.e
-	txn, err := e.store.NewTransaction(ctx)
+	v, err := e.openView(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open store transaction: %w", err)
+		return nil, err
 	}
-	if e.snap.Load() != q.snap {
+	if v.snap != q.snap {
 		// The policy set changed since Prepare: judge everything anew.
-		e.store.Abort(ctx, txn)
+		e.store.Abort(ctx, v.txn)
 		return e.Evaluate(ctx, PlacementRequest{Decoded: q.pod, Candidates: cands})
 	}
-	defer e.store.Abort(ctx, txn)
-	r := e.newRequest(ctx, txn, q.snap, q.in, false)
+	defer e.store.Abort(ctx, v.txn)
+	r := e.newRequest(ctx, v, q.in, false)
 	defer r.release()
 	defer r.addStats()
 	if err := r.candidates(cands); err != nil {

@@ -22,10 +22,12 @@ import (
 // explain and counters are those of the sequential path: evalPod takes a
 // prefetched result exactly where it would have evaluated.
 
-// prefetched is one pod-only constraint's memo entry and, for a miss, its
-// evaluation.
+// prefetched is one pod-only constraint's memo entry and what it held
+// (hit, res), or, for a miss, its evaluation (evaluated, res, err), so that
+// evalPod neither computes the key nor looks it up again.
 type prefetched struct {
 	entry     *memoEntry
+	hit       bool
 	evaluated bool
 	res       []result
 	err       error
@@ -66,7 +68,7 @@ func (r *request) prefetch(orders []int) {
 			r.fetched = map[*boundConstraint]*prefetched{}
 		}
 		r.fetched[bc] = f
-		if _, hit := e.Get(0); !hit {
+		if f.res, f.hit = e.Get(0); !f.hit {
 			jobs = append(jobs, job{bc: bc, review: r.reviewOf(view), out: f})
 		}
 	}

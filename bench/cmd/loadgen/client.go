@@ -258,70 +258,16 @@ type workerResult struct {
 // answer has arrived.
 func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error) {
 	b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
-
-	// Check the envelope and the answer once with the upstream types.
-	probe := perf.NewStream(f.seed, 99, 0).Replica(0, 0)
-	body := b.Build(probe)
-	if err := b.Check(body, probe); err != nil {
+	if err := c.probe(ctx, s, f, b); err != nil {
 		return Scenario{}, err
 	}
-	for _, v := range verbsOf(s.verb) {
-		out, _, err := c.post(ctx, v, body)
-		if err != nil {
-			return Scenario{}, err
-		}
-		if err := check(out, scenario{verb: v, full: s.full, nodes: s.nodes}); err != nil {
-			return Scenario{}, err
-		}
-	}
-
 	streams := make([]*perf.Stream, f.concurrency)
 	for w := range streams {
 		c.streams++
 		streams[w] = perf.NewStream(f.seed, c.streams, f.oneOffShare)
 	}
-	phase := func(d time.Duration, keep bool) []workerResult {
-		results := make([]workerResult, f.concurrency)
-		deadline := time.Now().Add(d)
-		var wg sync.WaitGroup
-		for w := range f.concurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := &results[w]
-				if keep {
-					r.samples = make([]sample, 0, 4096)
-				}
-				var buf, sink bytes.Buffer
-				for n := 0; time.Now().Before(deadline); n++ {
-					p := streams[w].Next()
-					body := b.BuildInto(&buf, p)
-					d, size, err := c.send(ctx, s.verb, body, &sink)
-					if err != nil {
-						r.err = err
-						return
-					}
-					if n%500 == 0 { // spot-check answers, outside the timed part
-						last := verbsOf(s.verb)[len(verbsOf(s.verb))-1]
-						if err := check(sink.Bytes(), scenario{verb: last, full: s.full, nodes: s.nodes}); err != nil {
-							r.err = err
-							return
-						}
-					}
-					if keep {
-						r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off"})
-						r.bodyBytes += int64(len(body))
-						r.respBytes += int64(size)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return results
-	}
-
 	if f.warmup > 0 {
-		for _, r := range phase(f.warmup, false) {
+		for _, r := range c.phase(ctx, s, b, streams, f.warmup, false) {
 			if r.err != nil {
 				return Scenario{}, r.err
 			}
@@ -339,7 +285,7 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		stats0 = c.stats()
 	}
 	start := time.Now()
-	results := phase(f.duration, true)
+	results := c.phase(ctx, s, b, streams, f.duration, true)
 	elapsed := time.Since(start)
 	if c.stats != nil {
 		stats1 = c.stats()
@@ -349,9 +295,93 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
+	res, err := summarize(s, f, results, elapsed)
+	if err != nil {
+		return Scenario{}, err
+	}
+	n := float64(res.Requests)
+	res.AllocsPerRequest = float64(after.Mallocs-before.Mallocs) / n
+	res.BytesPerRequest = float64(after.TotalAlloc-before.TotalAlloc) / n
+	res.GCs = after.NumGC - before.NumGC
+	if c.stats != nil {
+		per := func(a, b uint64) float64 { return math.Round(float64(b-a)/n*10) / 10 }
+		res.EvaluationsPerRequest = per(stats0.Evaluations, stats1.Evaluations)
+		res.MemoHitsPerRequest = per(stats0.MemoHits, stats1.MemoHits)
+		res.MemoMissesPerRequest = per(stats0.MemoMisses, stats1.MemoMisses)
+		res.EvalErrorsPerRequest = per(stats0.EvalErrors, stats1.EvalErrors)
+	}
+	if count1 > count0 {
+		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3
+	}
+	return res, nil
+}
 
-	var all []time.Duration
-	var oneOff []time.Duration
+// probe checks the envelope and the answers once with the upstream types.
+func (c *client) probe(ctx context.Context, s scenario, f *flags, b *perf.Args) error {
+	pod := perf.NewStream(f.seed, 99, 0).Replica(0, 0)
+	body := b.Build(pod)
+	if err := b.Check(body, pod); err != nil {
+		return err
+	}
+	for _, v := range verbsOf(s.verb) {
+		out, _, err := c.post(ctx, v, body)
+		if err != nil {
+			return err
+		}
+		if err := check(out, scenario{verb: v, full: s.full, nodes: s.nodes}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// phase sends requests from one worker per stream for d, each worker its
+// next request when the previous answer has arrived; keep records them.
+func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []*perf.Stream, d time.Duration, keep bool) []workerResult {
+	results := make([]workerResult, len(streams))
+	deadline := time.Now().Add(d)
+	verbs := verbsOf(s.verb)
+	last := scenario{verb: verbs[len(verbs)-1], full: s.full, nodes: s.nodes}
+	var wg sync.WaitGroup
+	for w := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[w]
+			if keep {
+				r.samples = make([]sample, 0, 4096)
+			}
+			var buf, sink bytes.Buffer
+			for n := 0; time.Now().Before(deadline); n++ {
+				p := streams[w].Next()
+				body := b.BuildInto(&buf, p)
+				d, size, err := c.send(ctx, s.verb, body, &sink)
+				if err != nil {
+					r.err = err
+					return
+				}
+				if n%500 == 0 { // spot-check answers, outside the timed part
+					if err := check(sink.Bytes(), last); err != nil {
+						r.err = err
+						return
+					}
+				}
+				if keep {
+					r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off"})
+					r.bodyBytes += int64(len(body))
+					r.respBytes += int64(size)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// summarize is the scenario's latencies and sizes from its workers'
+// samples.
+func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration) (Scenario, error) {
+	var all, oneOff []time.Duration
 	var reqBytes, resp int64
 	for _, r := range results {
 		if r.err != nil {
@@ -377,22 +407,9 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		Requests: n, Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
 		P50Ms: ms(percentile(all, 0.50)), P90Ms: ms(percentile(all, 0.90)), P99Ms: ms(percentile(all, 0.99)),
 		MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
-		OneOffRequests:   len(oneOff),
-		AllocsPerRequest: float64(after.Mallocs-before.Mallocs) / float64(n),
-		BytesPerRequest:  float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
-		GCs:              after.NumGC - before.NumGC,
-		RequestBytes:     reqBytes / int64(n),
-		ResponseBytes:    resp / int64(n),
-	}
-	if c.stats != nil {
-		per := func(a, b uint64) float64 { return math.Round(float64(b-a)/float64(n)*10) / 10 }
-		res.EvaluationsPerRequest = per(stats0.Evaluations, stats1.Evaluations)
-		res.MemoHitsPerRequest = per(stats0.MemoHits, stats1.MemoHits)
-		res.MemoMissesPerRequest = per(stats0.MemoMisses, stats1.MemoMisses)
-		res.EvalErrorsPerRequest = per(stats0.EvalErrors, stats1.EvalErrors)
-	}
-	if count1 > count0 {
-		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3
+		OneOffRequests: len(oneOff),
+		RequestBytes:   reqBytes / int64(n),
+		ResponseBytes:  resp / int64(n),
 	}
 	if len(oneOff) > 0 {
 		res.OneOffP50Ms = ms(percentile(oneOff, 0.50))

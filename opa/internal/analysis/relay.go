@@ -201,11 +201,9 @@ func countReferences(rules []*ast.Rule, path ast.Ref) int {
 // relayCall analyses a relay for one of its sites: each definition with
 // its head's variables bound to the pattern's constants.
 func (z *analyzer) relayCall(path ast.Ref, site *relaySite, depth int) {
+	// Relays are referenced from the violation rule's body only, which is
+	// analysed at depth 0 and never from itself: no recursion to guard.
 	for _, r := range z.compiler.GetRulesExact(path) {
-		if z.active[r] > 0 || depth >= maxCallDepth {
-			z.relayAlone(r)
-			continue
-		}
 		env := map[ast.Var]origin{}
 		matches := true
 		r.Head.Key.Value.(ast.Object).Foreach(func(k, v *ast.Term) {
@@ -233,14 +231,6 @@ func (z *analyzer) relayCall(path ast.Ref, site *relaySite, depth int) {
 		z.rule(r, env, depth+1)
 		z.site, z.at = nil, at
 	}
-}
-
-// relayAlone analyses a definition as if it were not a relay (recursion,
-// depth): its head read whole.
-func (z *analyzer) relayAlone(r *ast.Rule) {
-	at := z.at
-	z.rule(r, map[ast.Var]origin{}, maxCallDepth)
-	z.at = at
 }
 
 // relayEntry hands a relay's site to the ruleOnce that analyses it.
