@@ -721,7 +721,7 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]res
 	switch {
 	case f != nil && f.hit:
 		r.hits++
-		return f.res, true, nil
+		return r.checkPlaceholders(bc, f.res, pod, true)
 	case f != nil:
 		e = f.entry // a miss, found by prefetch
 		r.misses++
@@ -729,7 +729,7 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]res
 		e = r.entry(bc, r.podKey(bc, r.podReview, pod))
 		if res, ok := e.Get(0); ok {
 			r.hits++
-			return res, true, nil
+			return r.checkPlaceholders(bc, res, pod, true)
 		}
 		r.misses++
 	}
@@ -746,5 +746,22 @@ func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]res
 	if e != nil && memorable(res) {
 		r.e.memo.Put(e, 0, res, resultBytes(res))
 	}
-	return res, false, nil
+	return r.checkPlaceholders(bc, res, pod, false)
+}
+
+// checkPlaceholders is evalPod's answer for res, evaluated with pod's
+// placeholders (hit: found in the memo): res itself, unless the template
+// prints values through functions with several definitions and res holds
+// an error, which the placeholders may have caused (two definitions whose
+// messages differ with them and agree with the real values: a conflict
+// that the real values do not have). Then the pod is evaluated again with
+// its real values, for itself only: that answer is not memoised (the
+// memo keeps the placeholders' error, so that the pods of the class go
+// straight to their own evaluation).
+func (r *request) checkPlaceholders(bc *boundConstraint, res []result, pod *podView, hit bool) ([]result, bool, error) {
+	if !bc.analysis.PrintedThroughSeveral || len(pod.edits) == 0 || !hasError(res) || !memorable(res) {
+		return res, hit, nil
+	}
+	res, err := r.eval(bc, r.podReview, false)
+	return res, false, err
 }

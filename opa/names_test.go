@@ -185,3 +185,92 @@ metadata: {name: address}
 		t.Errorf("memo %q, no memo %q", got, want)
 	}
 }
+
+// severalDefinitionsPolicy prints the pod's name through a function with
+// several definitions: "same" and "kind" agree with any name, "odd"'s two
+// conflict unless the name is all x (then "NAMEx" == "xNAME").
+const severalDefinitionsPolicy = `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sseveral}
+spec:
+  crd: {spec: {names: {kind: K8sSeveral}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sseveral
+        violation[{"msg": msg}] {
+          msg := describe(input.review.object)
+        }
+        describe(o) = m { o.metadata.labels.kind == "a"; m := sprintf("pod %v is a", [o.metadata.name]) }
+        describe(o) = m { o.metadata.labels.same == "yes"; m := sprintf("pod %v is a", [o.metadata.name]) }
+        describe(o) = m { o.metadata.labels.odd == "yes"; m := sprintf("%vx", [o.metadata.name]) }
+        describe(o) = m { o.metadata.labels.odd == "yes"; m := sprintf("x%v", [o.metadata.name]) }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sSeveral
+metadata: {name: several}
+`
+
+// TestPrintedThroughSeveralDefinitions: a name printed through a function
+// with several definitions leaves the key; where the placeholders make two
+// definitions conflict, the pod is judged again with its real name, which
+// may not conflict. Answers are those without memo, and replicas (new
+// names, no conflict) cost no evaluation.
+func TestPrintedThroughSeveralDefinitions(t *testing.T) {
+	objs, err := source.ReadObjects(strings.NewReader(severalDefinitionsPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(opts opa.Options) *opa.Engine {
+		e := newEngine(t, opts)
+		apply(t, e, objs...)
+		apply(t, e, node("n-1", nil), node("n-2", nil))
+		return e
+	}
+	memo, exact := build(opa.Options{}), build(opa.Options{DisableMemo: true})
+	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}}
+	judge := func(e *opa.Engine, name string, labels map[string]any) []string {
+		p := pod("default", name)
+		p["metadata"].(map[string]any)["labels"] = labels
+		res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for i := range res.Nodes {
+			for _, x := range res.Violations(i) {
+				out = append(out, fmt.Sprintf("%s %q %v", res.Nodes[i].Name, x.Message, x.Error))
+			}
+		}
+		return out
+	}
+	labelSets := []map[string]any{{"kind": "a"}, {"kind": "a", "same": "yes"}, {"odd": "yes"}, {"odd": "yes", "kind": "a"}, {}}
+	names := []string{"web-1", "web-2", "x", "xx", `a"b`, "ü", "%v"}
+	conflicts, agreements := 0, 0
+	for _, labels := range labelSets {
+		for _, n := range names {
+			got, want := judge(memo, n, labels), judge(exact, n, labels)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("pod %q labels %v:\n memo    %q\n no memo %q", n, labels, got, want)
+			}
+			if labels["odd"] != nil {
+				if len(want) > 0 && strings.HasSuffix(want[0], "true") {
+					conflicts++
+				} else {
+					agreements++
+				}
+			}
+		}
+	}
+	if conflicts == 0 || agreements == 0 {
+		t.Fatalf("the odd pods had %d conflicts and %d agreements: the test covers neither case", conflicts, agreements)
+	}
+	before := memo.Stats().Evaluations
+	for i := range 20 {
+		judge(memo, fmt.Sprintf("replica-%d", i), map[string]any{"kind": "a", "same": "yes"})
+	}
+	if evals := memo.Stats().Evaluations - before; evals != 0 {
+		t.Errorf("20 replicas ran %d evaluations, want 0 (their names are only printed)", evals)
+	}
+}

@@ -112,6 +112,10 @@ type analyzer struct {
 	relays     map[string]bool
 	relaySites map[*ast.Expr]*relaySite
 	site       *relayEntry
+	// several: a printed value flows out of a function with several
+	// definitions; noSeveral refuses that (the second run, for templates
+	// that read the node).
+	several, noSeveral bool
 }
 
 const maxCallDepth = 8
@@ -120,7 +124,14 @@ const maxCallDepth = 8
 // its modules; root: the template's private namespace; params: a
 // constraint's parameters, or nil for the template alone).
 func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value) *Result {
+	return analyzeRules(c, rules, root, params, false)
+}
+
+// analyzeRules is Analyze; noSeveral keeps in the key the values printed
+// through functions with several definitions.
+func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value, noSeveral bool) *Result {
 	z := &analyzer{
+		noSeveral: noSeveral,
 		compiler:  c,
 		root:      root,
 		violation: root.Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")),
@@ -142,7 +153,14 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 			z.messages = append(z.messages, z.rule(x, map[ast.Var]origin{}, 0)...)
 		}
 	}
-	return z.result()
+	a := z.result()
+	if z.several && !a.PerPod() && !noSeveral {
+		// The run-time check that makes several definitions sound (see
+		// Result.PrintedThroughSeveral) is made for pod-only verdicts.
+		return analyzeRules(c, rules, root, params, true)
+	}
+	a.PrintedThroughSeveral = z.several && len(a.Messages) > 0
+	return a
 }
 
 // where describes the expression being analysed: its text and line.
@@ -858,14 +876,21 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		out, hasOut = args[nparams].Value.(ast.Var)
 		hasOut = hasOut && !seen[out]
 	}
-	for _, src := range returned {
-		if single && hasOut && sc != nil {
-			sc.strings[out] = &printed{sources: src, allowed: 1}
-			continue
+	switch {
+	case len(returned) == 0:
+	case hasOut && sc != nil && (single || !z.noSeveral):
+		var srcs []source
+		for _, src := range returned {
+			srcs = append(srcs, src...)
 		}
-		// Several definitions may be compared with each other (a conflict
-		// is an error): their printed values decide.
-		z.refuse(src, "the function that prints it has several definitions")
+		sc.strings[out] = &printed{sources: srcs, allowed: 1}
+		if !single {
+			z.several = true
+		}
+	default:
+		for _, src := range returned {
+			z.refuse(src, "the function that prints it has several definitions")
+		}
 	}
 }
 

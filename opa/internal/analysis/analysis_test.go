@@ -123,6 +123,19 @@ func TestAnalyze(t *testing.T) {
 		{
 			name:  "multi-definition helper",
 			rego:  "violation contains {\"msg\": msg} if {\nmsg := pod_msg(input.review.object)\n}\npod_msg(o) := m if { o.spec.a; m := sprintf(\"pod %v\", [o.metadata.name]) }\npod_msg(o) := m if { not o.spec.a; m := sprintf(\"pod %v!\", [o.metadata.name]) }",
+			reads: []string{`input.review.object.metadata.name (message only)`, `input.review.object.spec.a`},
+			class: PerPodClass,
+		},
+		{
+			name: "multi-definition helper in a template that reads the node",
+			rego: "violation contains {\"msg\": msg} if {\n" + nodeRef + "\nnode.spec.unschedulable\nmsg := pod_msg(input.review.object)\n}\n" +
+				"pod_msg(o) := m if { o.spec.a; m := sprintf(\"pod %v\", [o.metadata.name]) }\npod_msg(o) := m if { not o.spec.a; m := sprintf(\"pod %v!\", [o.metadata.name]) }",
+			reads: []string{`input.review.object.metadata.name`, `input.review.object.spec.a`, `node.spec.unschedulable (defined)`},
+			class: PerPodEachNodeClass,
+		},
+		{
+			name:  "multi-definition helper whose value is compared",
+			rego:  "violation contains {\"msg\": \"x\"} if {\npod_msg(input.review.object) == \"pod a\"\n}\npod_msg(o) := m if { o.spec.a; m := sprintf(\"pod %v\", [o.metadata.name]) }\npod_msg(o) := m if { not o.spec.a; m := sprintf(\"pod %v!\", [o.metadata.name]) }",
 			reads: []string{`input.review.object.metadata.name`, `input.review.object.spec.a`},
 			class: PerPodEach,
 		},
@@ -219,6 +232,10 @@ func TestAnalyze(t *testing.T) {
 			}
 			if c := a.Classify(); c != tc.class {
 				t.Errorf("class %q, want %q; why: %s", c, tc.class, strings.Join(a.Why, "\n"))
+			}
+			several := strings.HasPrefix(tc.name, "multi-definition") && a.PerPod() && len(a.Messages) > 0
+			if a.PrintedThroughSeveral != several {
+				t.Errorf("PrintedThroughSeveral = %v, want %v", a.PrintedThroughSeveral, several)
 			}
 		})
 	}

@@ -23,9 +23,12 @@ import (
 //     verbs as arguments; or it is placed as is as the violation's msg or
 //     as a value of its details object;
 //   - the string sprintf builds flows on only through aliases, into other
-//     such sprintf calls, into msg or details, or out of a function with
-//     a single definition (several definitions are compared with each
-//     other: a conflict is an error that depends on the value);
+//     such sprintf calls, into msg or details, or out of a function (with
+//     several definitions, only in a template that cannot see the node:
+//     their values are compared when more than one succeeds, and a
+//     conflict is an error that can depend on the value, so the engine
+//     evaluates a review whose placeholder evaluation failed again with
+//     the real values; Result.PrintedThroughSeveral);
 //   - nothing else in the template reads the same path (a condition, a
 //     set, count, startswith, a comparison: those are reads, and a read
 //     keeps the path in the key);

@@ -64,6 +64,15 @@ type Result struct {
 	Messages        []MessagePath
 	NodeNameMessage bool
 	NodeNameQuote   bool
+	// PrintedThroughSeveral: a printed value flows out of a function with
+	// several definitions (only for templates that cannot see the node).
+	// Those definitions' values are compared when more than one succeeds,
+	// and a conflict is an error: values that differ with placeholders in
+	// the messages may be equal with the real ones. Equal with
+	// placeholders means equal with any real values, so only an error
+	// needs checking: the engine evaluates a review whose placeholder
+	// evaluation failed again with its real values.
+	PrintedThroughSeveral bool
 	// Why explains what makes the template costlier than once per (pod
 	// class, node class): reads of the node's name, of values unique to a
 	// pod or a node, and printed values that could not be left out of the
