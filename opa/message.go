@@ -161,10 +161,22 @@ type binding struct {
 	index int
 	value string
 	json  string
+	plain bool // value is plain text (isPlain)
 }
 
 func newBinding(index int, value string) binding {
-	return binding{index: index, value: value, json: jsonInner(value)}
+	return binding{index: index, value: value, json: jsonInner(value), plain: isPlain(value)}
+}
+
+// isPlain reports whether s is printable ASCII without quote or backslash:
+// text that a JSON string holds as it is (PlainWriter).
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonInner is value as encoding/json writes it between the quotes (HTML
@@ -192,6 +204,9 @@ func (b bindings) lookup(i int) (*binding, bool) {
 type text struct {
 	lits  []string
 	holes []int
+	// plain[k]: lits[k] is plain text (isPlain), found once here rather
+	// than on every answer that writes it.
+	plain []bool
 }
 
 // cut splits s at the placeholders of ph; nil when it holds none.
@@ -220,6 +235,10 @@ func (ph *placeholders) cut(s string) *text {
 		s = rest[j+1:]
 	}
 	t.lits = append(t.lits, s)
+	t.plain = make([]bool, len(t.lits))
+	for k, l := range t.lits {
+		t.plain[k] = isPlain(l)
+	}
 	return t
 }
 
@@ -238,8 +257,9 @@ func (ph *placeholders) fill(t *text, b, b2 bindings, inJSON bool) string {
 
 // fillTo is fill writing into sb (which the caller sizes, if it can).
 func (ph *placeholders) fillTo(sb MessageWriter, t *text, b, b2 bindings, inJSON bool) {
+	pw, _ := sb.(PlainWriter)
 	for k, l := range t.lits {
-		_, _ = sb.WriteString(l)
+		writeText(sb, pw, l, t.plain[k])
 		if k == len(t.holes) {
 			break
 		}
@@ -256,9 +276,18 @@ func (ph *placeholders) fillTo(sb MessageWriter, t *text, b, b2 bindings, inJSON
 		case inJSON:
 			_, _ = sb.WriteString(x.json)
 		default:
-			_, _ = sb.WriteString(x.value)
+			writeText(sb, pw, x.value, x.plain)
 		}
 	}
+}
+
+// writeText writes s, as plain text when it is and w takes it so.
+func writeText(w MessageWriter, pw PlainWriter, s string, plain bool) {
+	if plain && pw != nil {
+		pw.WritePlain(s)
+		return
+	}
+	_, _ = w.WriteString(s)
 }
 
 // substitute puts real values into results evaluated with placeholders.
@@ -272,6 +301,7 @@ func (ph *placeholders) substitute(res []result, b bindings) []result {
 	for i, x := range res {
 		if x.msgText != nil {
 			x.msg = ph.fill(x.msgText, b, nil, false)
+			x.msgPlain = isPlain(x.msg)
 			x.msgText = nil
 		}
 		if x.detailsText != nil {

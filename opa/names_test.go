@@ -274,3 +274,57 @@ func TestPrintedThroughSeveralDefinitions(t *testing.T) {
 		t.Errorf("20 replicas ran %d evaluations, want 0 (their names are only printed)", evals)
 	}
 }
+
+// plainRecorder is a PlainWriter that checks what it is told is plain.
+type plainRecorder struct {
+	strings.Builder
+	t      *testing.T
+	plains int
+}
+
+func (w *plainRecorder) WritePlain(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			w.t.Errorf("WritePlain(%q): byte %q is not plain", s, c)
+		}
+	}
+	w.plains++
+	w.WriteString(s)
+}
+
+// TestWriteDenyMessagePlainParts: a PlainWriter is given as plain only
+// text that is (printable ASCII, no quote or backslash), the odd names
+// included, and what it is given in all is DenyMessage's text.
+func TestWriteDenyMessagePlainParts(t *testing.T) {
+	nodeNames := []string{"n-1", `n"q`, `n\b`, "nü-日本", "n-\t", "n-4", "n-5"}
+	var cands []opa.Candidate
+	for _, n := range nodeNames {
+		cands = append(cands, opa.Candidate{Name: n})
+	}
+	e := printingEngine(t, opa.Options{}, nodeNames)
+	for _, podName := range []string{"web-1", `we"b`, "ü"} {
+		p := pod("default", podName)
+		res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		denied := 0
+		for i := range res.Nodes {
+			if !res.Denied(i) {
+				continue
+			}
+			denied++
+			w := &plainRecorder{t: t}
+			res.WriteDenyMessage(w, i)
+			if got, want := w.String(), res.DenyMessage(i); got != want {
+				t.Errorf("pod %q node %q: wrote %q, DenyMessage is %q", podName, nodeNames[i], got, want)
+			}
+			if w.plains == 0 {
+				t.Errorf("pod %q node %q: nothing written as plain text", podName, nodeNames[i])
+			}
+		}
+		if denied == 0 {
+			t.Fatalf("pod %q is denied nowhere: the test shows nothing", podName)
+		}
+	}
+}

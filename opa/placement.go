@@ -329,6 +329,16 @@ type MessageWriter interface {
 	WriteString(s string) (int, error)
 }
 
+// PlainWriter is a MessageWriter that also takes text known to be plain:
+// printable ASCII without quote or backslash, which a JSON string holds as
+// it is. WriteDenyMessage gives it the constant parts of messages found
+// plain once when they were evaluated, so that an answer escaping each
+// node's message into JSON looks only at what may need it.
+type PlainWriter interface {
+	MessageWriter
+	WritePlain(s string)
+}
+
 // WriteDenyMessage writes DenyMessage(i) to w, in pieces: the walk of
 // EachViolationOf, with filled messages written straight from their
 // literal parts and printed values (a denied node's message is written on
@@ -337,7 +347,7 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 	if p.Nodes[i].Unknown {
 		return
 	}
-	d := denyWriter{w: w}
+	d := newDenyWriter(w)
 	common, cols := p.Common, p.columns
 	for len(common) > 0 || len(cols) > 0 {
 		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
@@ -357,19 +367,25 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 // denyWriter writes the parts of one deny message, "; " between them.
 type denyWriter struct {
 	w       MessageWriter
+	pw      PlainWriter // w, when it is one
 	started bool
+}
+
+func newDenyWriter(w MessageWriter) denyWriter {
+	pw, _ := w.(PlainWriter)
+	return denyWriter{w: w, pw: pw}
 }
 
 // prefix starts one violation's part: "; " after an earlier one, then
 // "[<constraint name>] ".
 func (d *denyWriter) prefix(constraint string) {
 	if d.started {
-		_, _ = d.w.WriteString("; ")
+		writeText(d.w, d.pw, "; ", true)
 	}
 	d.started = true
-	_, _ = d.w.WriteString("[")
+	writeText(d.w, d.pw, "[", true)
 	_, _ = d.w.WriteString(constraint)
-	_, _ = d.w.WriteString("] ")
+	writeText(d.w, d.pw, "] ", true)
 }
 
 // violation writes "[<constraint name>] <msg>".
@@ -387,7 +403,7 @@ func (c *column) writeDenies(d *denyWriter, i int) {
 		// Messages as evaluated: nothing to fill, nothing to merge.
 		for k := range res {
 			d.prefix(c.constraint.Name)
-			_, _ = d.w.WriteString(res[k].msg)
+			writeText(d.w, d.pw, res[k].msg, res[k].msgPlain)
 		}
 		return
 	}

@@ -37,6 +37,8 @@ type result struct {
 	// msgText and detailsText are msg and details cut at their
 	// placeholders (see message.go), nil when they hold none.
 	msgText, detailsText *text
+	// msgPlain: msg is plain text (isPlain; for msgText, see its lits).
+	msgPlain bool
 	// transient: the request's deadline stopped the evaluation; such a
 	// verdict is never remembered.
 	transient bool
@@ -327,7 +329,7 @@ func toResults(rs rego.ResultSet, ph *placeholders) []result {
 			continue
 		}
 		seen[k] = true
-		out = append(out, result{msg: msg, details: b, msgText: ph.cut(msg), detailsText: ph.cut(string(b))})
+		out = append(out, result{msg: msg, details: b, msgText: ph.cut(msg), detailsText: ph.cut(string(b)), msgPlain: isPlain(msg)})
 	}
 	sortResults(out)
 	return out

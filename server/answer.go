@@ -149,7 +149,10 @@ func (w *jsonStringWriter) WriteString(s string) (int, error) {
 	return len(s), nil
 }
 
-var _ opa.MessageWriter = (*jsonStringWriter)(nil)
+// WritePlain appends s as it is: plain text needs no escaping.
+func (w *jsonStringWriter) WritePlain(s string) { w.b = append(w.b, s...) }
+
+var _ opa.PlainWriter = (*jsonStringWriter)(nil)
 
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')

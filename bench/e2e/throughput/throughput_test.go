@@ -23,7 +23,10 @@
 //	cd bench/e2e && go test -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 500
 //	cd bench/e2e && go test -count=1 -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 0 -policy-set realistic -out /tmp/throughput-realistic.json
 //
-// -full-pods 0 leaves out the full-node-list setup.
+// -full-pods 0 leaves out the full-node-list setup. -setups picks setups by
+// name, and -rounds repeats the qps 5000 ones alternately, for ratios that
+// do not rest on one run each (the plugin build against no extender:
+// -setups 'no extender|plugin' -rounds 5).
 package throughput
 
 import (
@@ -37,6 +40,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,13 +61,16 @@ import (
 )
 
 var (
-	numNodes  = flag.Int("nodes", 200, "nodes in the cluster")
-	numPods   = flag.Int("pods", 300, "pending pods per run")
-	fullPods  = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
-	outFile   = flag.String("out", "", "write the results as JSON to this file")
-	policySet = flag.String("policy-set", policyset.Examples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
-	profDir   = flag.String("scheduler-profile", "", "write a 5 s CPU profile of each setup's kube-scheduler (from 1 s after its start) to this folder")
-	library   = flag.String("library", policyset.DefaultLibraryDir(), "the gatekeeper-library's library/ folder (-policy-set realistic)")
+	numNodes   = flag.Int("nodes", 200, "nodes in the cluster")
+	numPods    = flag.Int("pods", 300, "pending pods per run")
+	fullPods   = flag.Int("full-pods", 100, "pending pods per run with full node lists (the slow mode)")
+	outFile    = flag.String("out", "", "write the results as JSON to this file")
+	policySet  = flag.String("policy-set", policyset.Examples, `policies and cluster: "examples" (deploy/examples, fake nodes) or "realistic" (the whole Gatekeeper library, warn, plus bench/testdata/realistic; kubelet-sized nodes)`)
+	profDir    = flag.String("scheduler-profile", "", "write a 5 s CPU profile of each setup's kube-scheduler (from 1 s after its start) to this folder")
+	library    = flag.String("library", policyset.DefaultLibraryDir(), "the gatekeeper-library's library/ folder (-policy-set realistic)")
+	setupsRE   = flag.String("setups", "", "run only the setups whose names match this regular expression (the warm-up always runs)")
+	defaultQPS = flag.Bool("default-qps", true, "also run the setups at the scheduler's default client QPS")
+	rounds     = flag.Int("rounds", 1, "run the qps 5000 setups this many times, alternately; ratios are reported per round and as the median")
 )
 
 type result struct {
@@ -72,6 +80,8 @@ type result struct {
 	Pods       int     `json:"pods"`
 	Seconds    float64 `json:"seconds"`
 	PodsPerSec float64 `json:"podsPerSecond"`
+	// Round counts the qps 5000 setups' repetitions (-rounds), from 1.
+	Round int `json:"round,omitempty"`
 	// Engine is the service's evaluation counters during this run (service setups only).
 	Engine *engineDelta `json:"engine,omitempty"`
 }
@@ -163,19 +173,33 @@ func TestSchedulerThroughput(t *testing.T) {
 		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods, false},
 	}
 	env := &runEnv{c: c, set: set, engine: engine, svcURL: svcURL, pluginBin: pluginBin, nsLabels: nsLabels, mkPod: mkPod}
+	only, err := regexp.Compile(*setupsRE)
+	if err != nil {
+		t.Fatalf("-setups: %v", err)
+	}
 	var results []result
 	run := 0
 	for _, qps := range []struct {
 		name       string
 		qps, burst int
-	}{{"5000/5000", 5000, 5000}, {"default 50/100", 0, 0}} {
-		for _, s := range setups {
-			if s.pods <= 0 || (strings.HasPrefix(s.name, "warm-up") && qps.qps == 0) {
-				continue
-			}
-			run++
-			if r, ok := env.runSetup(t, s, qps.name, qps.qps, qps.burst, fmt.Sprintf("run-%d", run)); ok {
-				results = append(results, r)
+		rounds     int
+	}{{"5000/5000", 5000, 5000, max(*rounds, 1)}, {"default 50/100", 0, 0, 1}} {
+		if qps.qps == 0 && !*defaultQPS {
+			continue
+		}
+		for round := 1; round <= qps.rounds; round++ {
+			for _, s := range setups {
+				warmUp := strings.HasPrefix(s.name, "warm-up")
+				if s.pods <= 0 || (warmUp && (qps.qps == 0 || round > 1)) || (!warmUp && !only.MatchString(s.name)) {
+					continue
+				}
+				run++
+				if r, ok := env.runSetup(t, s, qps.name, qps.qps, qps.burst, fmt.Sprintf("run-%d", run)); ok {
+					if qps.rounds > 1 {
+						r.Round = round
+					}
+					results = append(results, r)
+				}
 			}
 		}
 	}
@@ -187,15 +211,45 @@ func TestSchedulerThroughput(t *testing.T) {
 func report(t *testing.T, set, nodeKind string, templates, constraints int, results []result, st opa.Stats, testStart time.Time) {
 	t.Helper()
 	byKey := map[string]float64{}
+	maxRound := 0
 	for _, r := range results {
-		byKey[r.Setup+"|"+r.QPS] = r.PodsPerSec
+		byKey[fmt.Sprintf("%s|%s|%d", r.Setup, r.QPS, r.Round)] = r.PodsPerSec
+		maxRound = max(maxRound, r.Round)
 	}
+	ratios := map[string][]float64{}
 	for _, q := range []string{"5000/5000", "default 50/100"} {
-		none, noop, svc := byKey["no extender|"+q], byKey["no-op extender (names)|"+q], byKey["opa-scheduler-extender (names)|"+q]
-		plugin := byKey["plugin build (OPAGatekeeper)|"+q]
-		if noop > 0 && none > 0 {
-			t.Logf("[%s] qps %s: service/no-op = %.2f, service/none = %.2f, no-op/none = %.2f, plugin/none = %.2f", set, q, svc/noop, svc/none, noop/none, plugin/none)
+		for round := range maxRound + 1 {
+			at := func(setup string) float64 { return byKey[fmt.Sprintf("%s|%s|%d", setup, q, round)] }
+			none, noop, svc := at("no extender"), at("no-op extender (names)"), at("opa-scheduler-extender (names)")
+			plugin := at("plugin build (OPAGatekeeper)")
+			if none == 0 {
+				continue
+			}
+			label := "qps " + q
+			if round > 0 {
+				label += fmt.Sprintf(", round %d", round)
+			}
+			var parts []string
+			for _, x := range []struct {
+				name     string
+				num, den float64
+			}{{"service/no-op", svc, noop}, {"service/none", svc, none}, {"no-op/none", noop, none}, {"plugin/none", plugin, none}} {
+				if x.num > 0 && x.den > 0 {
+					parts = append(parts, fmt.Sprintf("%s = %.2f", x.name, x.num/x.den))
+					ratios[q+"|"+x.name] = append(ratios[q+"|"+x.name], x.num/x.den)
+				}
+			}
+			t.Logf("[%s] %s: %s", set, label, strings.Join(parts, ", "))
 		}
+	}
+	if maxRound > 1 {
+		var parts []string
+		for _, name := range []string{"service/no-op", "service/none", "no-op/none", "plugin/none"} {
+			if rs := ratios["5000/5000|"+name]; len(rs) > 1 {
+				parts = append(parts, fmt.Sprintf("%s = %.2f (rounds %s)", name, median(rs), formatRatios(rs)))
+			}
+		}
+		t.Logf("[%s] qps 5000/5000, median of %d rounds: %s", set, maxRound, strings.Join(parts, ", "))
 	}
 	t.Logf("[%s] engine: %d evaluations, %d memo hits, %d misses, %d evaluation errors; test wall time %v", set, st.Evaluations, st.MemoHits, st.MemoMisses, st.EvalErrors, time.Since(testStart).Round(time.Second))
 	if *outFile != "" {
@@ -212,6 +266,23 @@ func report(t *testing.T, set, nodeKind string, templates, constraints int, resu
 			t.Fatal(err)
 		}
 	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func formatRatios(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 type setup struct {
