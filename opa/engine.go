@@ -75,6 +75,8 @@ type Engine struct {
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[snapshot]
+	// nodeIndex finds inventory Nodes by name (nodeindex.go).
+	nodeIndex nodeIndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
 	memo  *memo.Memo[[]result]
 	names *memo.Names
@@ -670,7 +672,10 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 		counts[inventoryKey(ref.GroupVersionKind)] += delta
 	}
 	gen := e.invGen
-	if len(inv) > len(errs) {
+	// Any inventory write, and a re-cut of the Nodes, is a new generation:
+	// what keys on it (signatures, kept answers, the node index) never
+	// sees two contents under one number.
+	if len(inv) > 0 || view.key != e.view.key {
 		gen++
 		if err := e.store.Write(ctx, txn, storage.ReplaceOp, generationPath, ast.InternedTerm(int(gen)).Value); err != nil {
 			e.store.Abort(ctx, txn)

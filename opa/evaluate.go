@@ -301,6 +301,7 @@ func (r *request) candidates(cands []Candidate) error {
 	r.scratch.grow(len(cands))
 	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.readValue(r.ctx, r.txn, nodeGV).(ast.Object)
+	index := r.e.nodeIndex.of(r.invGen.Value, inventoryNodes, len(cands))
 	nameKey := &ast.Term{} // one lookup key for all candidates
 	for i, c := range cands {
 		r.slots[i].name = c.Name
@@ -315,6 +316,8 @@ func (r *request) candidates(cands []Candidate) error {
 			r.slots[i].value = v
 			r.slots[i].fromRequest = true
 			r.override = true
+		} else if index != nil {
+			r.slots[i].value = index.byName[c.Name]
 		} else if inventoryNodes != nil {
 			nameKey.Value = ast.String(c.Name)
 			if t := inventoryNodes.Get(nameKey); t != nil {

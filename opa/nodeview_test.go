@@ -2,6 +2,7 @@ package opa_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,5 +92,61 @@ violation[{"msg": "many"}] {
 	apply(t, e, bigNode("n2", "v1.36.0"))
 	if got := strings.Join(denied(), ","); got != "n1:k8sbignumber,n2:k8sbignumber,n2:k8soldkubelet" {
 		t.Fatalf("after the all-Nodes template went: denied %q", got)
+	}
+}
+
+// TestNodeIndexFollowsTheInventory: requests large enough to look their
+// candidates up through the node index see every change of the inventory
+// at once: a Node changed, added, deleted, and the Nodes re-cut when a
+// template reads a field nothing read before.
+func TestNodeIndexFollowsTheInventory(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, opa.Options{})
+	apply(t, e, viewTemplate(t, "K8sPoolB", `node.metadata.labels.pool == "b"`)...)
+	var cands []opa.Candidate
+	for i := range 80 {
+		name := fmt.Sprintf("n%02d", i)
+		version := "v1.37.2"
+		if i == 9 {
+			version = "v1.36.0" // cut away until a template reads it
+		}
+		apply(t, e, bigNode(name, version))
+		cands = append(cands, opa.Candidate{Name: name})
+	}
+	denied := func() string {
+		t.Helper()
+		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("default", "p"), Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for i, v := range p.Nodes {
+			if v.Unknown {
+				out = append(out, v.Name+":unknown")
+			}
+			for _, x := range p.Violations(i) {
+				out = append(out, v.Name+":"+x.Constraint.Name)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	if got := denied(); got != "" {
+		t.Fatalf("denied %q, want none", got)
+	}
+	changed := bigNode("n07", "v1.37.2")
+	changed.SetLabels(map[string]string{"pool": "b"})
+	apply(t, e, changed)
+	if got := denied(); got != "n07:k8spoolb" {
+		t.Fatalf("after n07 moved to pool b: %q", got)
+	}
+	// A re-cut alone (a template reading a field nothing read before, no
+	// Node written): the index must not serve the Nodes cut before it.
+	apply(t, e, viewTemplate(t, "K8sOldKubelet", `node.status.nodeInfo.kubeletVersion == "v1.36.0"`)...)
+	if got := denied(); got != "n07:k8spoolb,n09:k8soldkubelet" {
+		t.Fatalf("after a template reading nodeInfo: %q", got)
+	}
+	e.Apply(ctx, []opa.Change{{Delete: &opa.ObjectRef{GroupVersionKind: schema.GroupVersionKind{Version: "v1", Kind: "Node"}, Name: "n79"}}})
+	if got := denied(); !strings.HasSuffix(got, "n79:unknown") {
+		t.Fatalf("after n79 was deleted: %q", got)
 	}
 }

@@ -1,0 +1,51 @@
+package opa
+
+import (
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// The node index. Every filter call looks up each candidate by name in the
+// inventory's Node object: at 5000 candidates, hashing and comparing AST
+// strings was a tenth of the call. The index is a Go map from name to the
+// Node value, built once per inventory generation by the first request
+// large enough to pay for it, and used by the requests that read the same
+// generation in their own transaction. The generation changes with every
+// inventory write and every re-cut of the Nodes (commit), so an index
+// never serves a content other than the one it was built from.
+
+// minIndexedCandidates is the request size from which building the index
+// (one pass over the Nodes) is worth it when none fits.
+const minIndexedCandidates = 64
+
+type nodeIndex struct {
+	generation ast.Value
+	byName     map[string]ast.Value // Node objects only
+}
+
+type nodeIndexCache struct{ cur atomic.Pointer[nodeIndex] }
+
+// of gives the index for the inventory generation gen, whose Nodes are
+// nodes (read in the same transaction), or nil: nodes is then looked up
+// directly.
+func (c *nodeIndexCache) of(gen ast.Value, nodes ast.Object, candidates int) *nodeIndex {
+	if gen == nil || nodes == nil {
+		return nil
+	}
+	if idx := c.cur.Load(); idx != nil && idx.generation.Compare(gen) == 0 {
+		return idx
+	}
+	if candidates < minIndexedCandidates {
+		return nil
+	}
+	idx := &nodeIndex{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
+	nodes.Foreach(func(k, v *ast.Term) {
+		name, ok := k.Value.(ast.String)
+		if _, isObj := v.Value.(ast.Object); ok && isObj {
+			idx.byName[string(name)] = v.Value
+		}
+	})
+	c.cur.Store(idx)
+	return idx
+}
