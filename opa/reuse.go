@@ -25,10 +25,9 @@ import (
 //     were candidates of the kept answer (an unknown node stays unknown:
 //     the inventory did not change);
 //   - the policy set and the inventory are those in force now: the same
-//     snapshot (the very value, not its generation number: a snapshot
-//     built while another waits for its compiler can carry the same
-//     number) and the same inventory generation, read in the request's
-//     own store transaction;
+//     snapshot (the very value; generation numbers are unique within an
+//     engine, but the value needs no argument) and the same inventory
+//     generation, read in the request's own store transaction;
 //   - the kept answer is repeatable: no constraint it judged calls a
 //     nondeterministic builtin, and its request's context was not done
 //     (no verdict was cut short by a deadline);

@@ -109,8 +109,14 @@ type Cluster struct {
 	informers map[schema.GroupVersionResource]*watched
 	pending   map[string]opa.Change
 	order     []string
-	wake      chan struct{}
-	ctx       context.Context
+	// applying counts the batches taken from pending whose Apply has not
+	// returned: they are in no informer's queue and not yet in the engine.
+	applying int
+	// firstApplied: the first lists were all in the engine once; from
+	// then on, changes being applied do not make the source unready.
+	firstApplied bool
+	wake         chan struct{}
+	ctx          context.Context
 	// health of the connection to the API server
 	connected    bool
 	lastContact  time.Time
@@ -128,8 +134,12 @@ type watched struct {
 	kind string // template kind, for constraints
 	// typed is the kind of a shared informer's typed objects (zero for
 	// the source's own, unstructured informers).
-	typed   schema.GroupVersionKind
-	inf     cache.SharedIndexInformer
+	typed schema.GroupVersionKind
+	inf   cache.SharedIndexInformer
+	// reg is this source's handler on inf: synced once the handler has
+	// been given every object of the initial list (inf.HasSynced is true
+	// as soon as inf's store holds them, before the handlers ran).
+	reg     cache.ResourceEventHandlerRegistration
 	cancel  context.CancelFunc
 	started time.Time
 	lastErr string
@@ -246,7 +256,7 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, role, kind string) {
 		}
 		c.log.Warn("watch failed; serving the last synced state", "resource", gvr.String(), "err", err)
 	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	w.reg, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onUpsert(w, obj) },
 		UpdateFunc: func(_, obj any) { c.onUpsert(w, obj) },
 		DeleteFunc: func(obj any) { c.onDelete(w, obj) },
@@ -264,7 +274,7 @@ func (c *Cluster) share(si SharedInformer) {
 		return
 	}
 	w := &watched{gvr: si.Resource, role: "inventory", typed: si.Kind, inf: si.Informer, cancel: func() {}, started: time.Now()}
-	_, _ = si.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	w.reg, _ = si.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onUpsert(w, obj) },
 		UpdateFunc: func(_, obj any) { c.onUpsert(w, obj) },
 		DeleteFunc: func(obj any) { c.onDelete(w, obj) },
@@ -461,12 +471,17 @@ func (c *Cluster) applyLoop(ctx context.Context) {
 		}
 		c.pending = map[string]opa.Change{}
 		c.order = nil
-		c.mu.Unlock()
 		if len(batch) == 0 {
+			c.mu.Unlock()
 			continue
 		}
+		c.applying++
+		c.mu.Unlock()
 		sortChanges(batch)
 		errs := c.applier.Apply(ctx, batch)
+		c.mu.Lock()
+		c.applying--
+		c.mu.Unlock()
 		for _, err := range errs {
 			c.log.Warn("cluster object refused; the previous version stays in force", "err", err)
 		}
@@ -565,7 +580,7 @@ func (c *Cluster) Ready() (bool, string) {
 	defer c.mu.Unlock()
 	var waiting []string
 	for _, w := range c.informers {
-		if w.inf.HasSynced() {
+		if w.reg != nil && w.reg.HasSynced() {
 			continue
 		}
 		if w.role == "constraints" && time.Since(w.started) > c.opts.ConstraintGrace {
@@ -587,8 +602,13 @@ func (c *Cluster) Ready() (bool, string) {
 		sort.Strings(waiting)
 		return false, "cluster sync: " + strings.Join(waiting, ", ")
 	}
-	if len(c.pending) > 0 {
-		return false, "cluster sync: applying the first changes"
+	if !c.firstApplied {
+		// Until every object of the first lists is in the engine: a batch
+		// taken from pending is in no queue until its Apply returns.
+		if len(c.pending) > 0 || c.applying > 0 {
+			return false, "cluster sync: applying the first changes"
+		}
+		c.firstApplied = true // later changes wait their turn, ready
 	}
 	if !c.connected {
 		return true, fmt.Sprintf("API server unreachable since %s: answering from the state synced then (%s)", c.disconnected.Format(time.RFC3339), c.lastErr)
