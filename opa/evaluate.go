@@ -610,7 +610,41 @@ func (r *request) since(t time.Time) time.Duration {
 
 func (r *request) memoOK(bc *boundConstraint) bool {
 	a := bc.analysis
-	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.InventoryOther)
+	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.InventoryOther) && keysDistinct(r.podReview, a.DistinctKeys)
+}
+
+// keysDistinct reports whether the review's values at each group's paths
+// (list[_].key, analysis.Result.DistinctKeys) are pairwise distinct:
+// elements without the key take no part, as a list map leaves them out.
+// Kubernetes requires distinct container names across a pod's lists, so
+// for real pods this holds and costs a few comparisons.
+func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
+	for _, paths := range groups {
+		var keys []*ast.Term
+		for _, p := range paths {
+			j := analysis.EachAt(p)
+			if j < 0 {
+				continue
+			}
+			arr, ok := lookupInput(review, p[:j]).Value.(*ast.Array)
+			if !ok {
+				continue // absent, or not a list: read whole (wholeListKey)
+			}
+			for i := range arr.Len() {
+				if t := lookup(arr.Elem(i).Value, p[j+1:]); t != undefinedTerm {
+					keys = append(keys, t)
+				}
+			}
+		}
+		for i := range keys {
+			for k := range i {
+				if keys[i].Equal(keys[k]) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // recordCommon records the verdict of a constraint that cannot see the

@@ -292,18 +292,18 @@ func TestLibraryListElements(t *testing.T) {
 		judge(c, false)
 	}
 	// The templates that still re-evaluate, and why (their /debug/explain
-	// reads): container names in annotation keys (AppArmor, seccomp),
-	// containers kept in an object keyed by their names (seccomp v2), or a
+	// reads): container names in annotation keys (AppArmor, seccomp), or a
 	// list used whole (the automount template's volume mounts, the
 	// example's privileged pool). The other library templates that print
 	// container names (allowed and disallowed repos and tags, image
 	// digests, privileged, capabilities, host filesystem, read-only root
 	// filesystem, limits, requests, ratios, required resources, ephemeral
 	// storage, procMount, SELinux, host ports, allowed users through its
-	// functions with several definitions, ...) no longer are.
+	// functions with several definitions, seccomp v2 through its object
+	// of the containers by name, ...) no longer are.
 	allowed := map[string]bool{
 		"K8sPSPAppArmor": true, "K8sPSPAutomountServiceAccountTokenPod": true,
-		"K8sPSPSeccomp": true, "K8sPSPSeccompV2": true, "K8sPrivilegedNodePool": true,
+		"K8sPSPSeccomp": true, "K8sPrivilegedNodePool": true,
 	}
 	kinds := make([]string, 0, len(reEvaluated))
 	for k, n := range reEvaluated {
@@ -316,7 +316,7 @@ func TestLibraryListElements(t *testing.T) {
 	t.Logf("%d sample pods; re-evaluated for renamed containers: %v", len(samples), kinds)
 	for _, k := range []string{"K8sAllowedRepos", "K8sDisallowedTags", "K8sPSPPrivilegedContainer", "K8sPSPCapabilities", "K8sPSPHostFilesystem",
 		"K8sContainerLimits", "K8sContainerRequests", "K8sContainerRatios", "K8sRequiredResources", "K8sContainerEphemeralStorageLimit",
-		"K8sPSPProcMount", "K8sPSPSELinuxV2", "K8sPSPHostNetworkingPorts", "K8sPSPAllowedUsers"} {
+		"K8sPSPProcMount", "K8sPSPSELinuxV2", "K8sPSPHostNetworkingPorts", "K8sPSPAllowedUsers", "K8sPSPSeccompV2"} {
 		if reEvaluated[k] == 0 && !slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == k }) {
 			t.Errorf("%s has no constraint: the test no longer covers it", k)
 		}

@@ -12,7 +12,8 @@ import (
 
 // listPolicies read containers element by element, the way most of
 // Gatekeeper's library does: directly, through the library's
-// input_containers set over three lists, through a helper, printing each
+// input_containers set over three lists, through a helper, through an
+// object of the containers by name (seccomp v2), printing each
 // container's name and using its other fields in conditions.
 const listPolicies = `
 apiVersion: templates.gatekeeper.sh/v1
@@ -81,6 +82,31 @@ spec:
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sListNameCheck
 metadata: {name: list-name-check}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8slistmap}
+spec:
+  crd: {spec: {names: {kind: K8sListMap}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8slistmap
+        violation[{"msg": msg}] {
+          c := input_containers[name]
+          not c.resources.limits.memory
+          msg := sprintf("container [%v] has no memory limit", [name])
+        }
+        input_containers[c.name] = c {
+          c := input.review.object.spec.containers[_]
+        }
+        input_containers[c.name] = c {
+          c := input.review.object.spec.initContainers[_]
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sListMap
+metadata: {name: list-map}
 `
 
 func listEngine(t testing.TB, opts opa.Options) *opa.Engine {
@@ -163,12 +189,14 @@ func TestListElementsPrintedNotKeyed(t *testing.T) {
 		check(p)
 	}
 	// The name-checking template is keyed on the names: once per pod.
-	// The other two share the first pod's verdicts.
+	// The other three share the first pod's verdicts.
 	if evals := memo.Stats().Evaluations - before; evals > 20 {
 		t.Errorf("20 renamed pods ran %d evaluations, want at most 20 (only the template whose condition reads the names)", evals)
 	}
 	// Odd names, a debug container, a missing name, a non-string name,
-	// equal names, another shape: always as the engine without memo says.
+	// equal names (the object by name merges equal containers and fails
+	// on different ones), another shape: always as the engine without
+	// memo says.
 	for _, names := range [][]any{
 		{`q"uote`, `back\slash`, "%v"}, {"debug-1", "x", "y"}, {nil, "x", "y"}, {42, "x", "y"},
 		{"same", "same", "same"}, {"ünï", "日本", ""},

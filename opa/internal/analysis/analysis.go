@@ -105,7 +105,10 @@ type analyzer struct {
 	// is the element reference each forked binding takes in the run
 	// being analysed (see lists.go).
 	listSets map[string][]*ast.Term
-	listDefs map[*ast.Term]*ast.Rule
+	listDefs map[*ast.Term]listDef
+	// distinct are the key paths of the list maps read element-wise, by
+	// map (DistinctKeys).
+	distinct map[string][][]*ast.Term
 	choice   map[*ast.Expr]*ast.Term
 	// relays are the rule paths analysed at their references, relaySites
 	// those references, site the one being analysed (see relay.go).
@@ -139,7 +142,7 @@ func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.V
 		params:    params,
 		consts:    map[string]*origin{},
 		listSets:  map[string][]*ast.Term{},
-		listDefs:  map[*ast.Term]*ast.Rule{},
+		listDefs:  map[*ast.Term]listDef{},
 		relays:    map[string]bool{},
 	}
 	z.relaySites = z.findRelays(rules)

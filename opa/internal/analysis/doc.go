@@ -39,7 +39,9 @@
 //     element (Each), so that `c.name`, only printed, can leave the key; the
 //     library's sets over several lists (input_containers), filtered or
 //     not, are followed into each list, the set's key bound to the element
-//     as Rego binds it (lists.go);
+//     as Rego binds it, and so are objects of the containers by name
+//     (`input_containers[c.name] = c`, seccomp v2), whose keys the engine
+//     checks distinct at run time (DistinctKeys; lists.go);
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
 //     succeeds: its reads are dropped (dead.go);
@@ -55,6 +57,6 @@
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object that nothing binds
 // (`spec[field][_]` alone), or inside an element (`c.ports[_]`), is read
-// whole, and so are containers kept in an object keyed by their names
-// (`input_containers[c.name] = c`).
+// whole, and a printed value that a key is made of (a container's name in
+// an annotation key: AppArmor, seccomp) is read.
 package analysis

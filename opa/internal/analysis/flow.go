@@ -406,6 +406,14 @@ func (z *analyzer) result() *Result {
 		}
 	}
 	a.Why = dedupe(append(z.why, why...))
+	names := make([]string, 0, len(z.distinct))
+	for name := range z.distinct {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		a.DistinctKeys = append(a.DistinctKeys, z.distinct[name])
+	}
 	return a
 }
 

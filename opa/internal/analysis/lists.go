@@ -44,41 +44,109 @@ func (z *analyzer) listSet(ref ast.Ref) ([]*ast.Term, bool) {
 		return nil, false
 	}
 	var alts []*ast.Term
+	maps := 0
 	for _, r := range rules {
-		elem, ok := listElement(r)
+		def, ok := listDefinition(r)
 		if !ok {
 			return nil, false
 		}
-		if !z.resolvesElement(elem) {
+		if !z.resolvesElement(def.elem) {
 			return nil, false
 		}
-		alts = append(alts, elem)
-		z.listDefs[elem] = r
+		if def.keyPath != nil {
+			maps++
+		}
+		alts = append(alts, def.elem)
+		z.listDefs[def.elem] = def
+	}
+	if maps != 0 && maps != len(rules) {
+		return nil, false // a set and a map at once: not a list set
 	}
 	z.listSets[key] = alts
 	return alts, true
 }
 
-// listElement is the element reference of one definition of a list set:
-// `input_containers[c] { c := <input ref>[<var>]; <conditions> }`.
-func listElement(r *ast.Rule) (*ast.Term, bool) {
+// listDef is one definition of a list set: its rule, its element
+// reference, the variables of its head, and, for a list map, the path
+// below the element that is its key.
+type listDef struct {
+	rule     *ast.Rule
+	elem     *ast.Term
+	key      ast.Var // the head's key: the element itself for a set
+	value    ast.Var // a map's value: the element
+	keyPath  ast.Ref // a map's key below the element (name), nil for a set
+	bodyRest ast.Body
+}
+
+// listDefinition reads one definition of a list set,
+// `input_containers[c] { c := <input ref>[<var>]; <conditions> }`, or of a
+// list map, `input_containers[c.name] = c { c := <input ref>[<var>]; ... }`
+// (compiled: the key a local bound to c.name right after the element).
+func listDefinition(r *ast.Rule) (listDef, bool) {
 	k, isVar := keyVar(r)
-	if !isVar || len(r.Head.Args) > 0 || r.Head.Value != nil || r.Else != nil || r.Default || len(r.Body) == 0 {
-		return nil, false
+	if !isVar || len(r.Head.Args) > 0 || r.Else != nil || r.Default || len(r.Body) == 0 {
+		return listDef{}, false
 	}
-	e := r.Body[0]
+	def := listDef{rule: r, key: k}
+	elemVar := k
+	if r.Head.Value != nil {
+		v, ok := r.Head.Value.Value.(ast.Var)
+		if !ok || v == k || len(r.Body) < 2 {
+			return listDef{}, false
+		}
+		def.value, elemVar = v, v
+	}
+	elem, ok := boundElement(r.Body[0], elemVar)
+	if !ok {
+		return listDef{}, false
+	}
+	def.elem, def.bodyRest = elem, r.Body[1:]
+	if def.value != "" {
+		path, ok := keyBinding(r.Body[1], k, def.value)
+		if !ok {
+			return listDef{}, false
+		}
+		def.keyPath, def.bodyRest = path, r.Body[2:]
+	}
+	return def, true
+}
+
+// boundElement is e's `v = <input ref>[<var>]`, the reference.
+func boundElement(e *ast.Expr, v ast.Var) (*ast.Term, bool) {
 	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
 		return nil, false
 	}
 	terms := e.Terms.([]*ast.Term)
 	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
-		if v, ok := pair[0].Value.(ast.Var); ok && v == k {
+		if x, ok := pair[0].Value.(ast.Var); ok && x == v {
 			if ref, ok := pair[1].Value.(ast.Ref); ok && len(ref) > 1 && ref[0].Equal(ast.InputRootDocument) {
 				if _, last := ref[len(ref)-1].Value.(ast.Var); last && ref[:len(ref)-1].IsGround() {
 					return pair[1], true
 				}
 			}
 		}
+	}
+	return nil, false
+}
+
+// keyBinding is e's `k = v.<path of strings>`, the path.
+func keyBinding(e *ast.Expr, k, v ast.Var) (ast.Ref, bool) {
+	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
+		return nil, false
+	}
+	terms := e.Terms.([]*ast.Term)
+	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+		x, ok := pair[0].Value.(ast.Var)
+		ref, isRef := pair[1].Value.(ast.Ref)
+		if !ok || x != k || !isRef || len(ref) < 2 || !ref[0].Equal(ast.VarTerm(string(v))) {
+			continue
+		}
+		for _, t := range ref[1:] {
+			if _, isStr := t.Value.(ast.String); !isStr {
+				return nil, false
+			}
+		}
+		return ref[1:], true
 	}
 	return nil, false
 }
@@ -185,9 +253,20 @@ func (z *analyzer) forkedBinding(rhs, alt *ast.Term, env map[ast.Var]origin, dep
 	if !ok {
 		return rhs
 	}
-	if kv := ref[k].Value.(ast.Var); !kv.IsWildcard() {
-		if o, ok := z.resolve(alt, env, depth); ok {
-			env[kv] = o
+	def := z.listDefs[alt]
+	if o, ok := z.resolve(alt, env, depth); ok {
+		if kv := ref[k].Value.(ast.Var); !kv.IsWildcard() {
+			if def.keyPath != nil {
+				env[kv] = o.extend(def.keyPath...)
+			} else {
+				env[kv] = o
+			}
+		}
+		if def.keyPath != nil {
+			// Placeholders in the keys, or keys left out of the key, are
+			// sound only when the pod's keys are distinct (equal keys
+			// merge or conflict): the engine checks (DistinctKeys).
+			z.distinctKey(ref[:k], o.extend(def.keyPath...).path)
 		}
 	}
 	elem := alt.Value.(ast.Ref)
@@ -200,11 +279,10 @@ func (z *analyzer) forkedBinding(rhs, alt *ast.Term, env map[ast.Var]origin, dep
 // listConditions analyses the conditions of alt's definition on its
 // element: element by element (each) when forked, else on the list whole.
 func (z *analyzer) listConditions(alt *ast.Term, depth int, forked bool) {
-	r := z.listDefs[alt]
-	if r == nil || len(r.Body) < 2 {
+	def, ok := z.listDefs[alt]
+	if !ok || len(def.bodyRest) == 0 {
 		return
 	}
-	k, _ := keyVar(r)
 	elem := alt.Value.(ast.Ref)
 	var o origin
 	if forked {
@@ -215,13 +293,32 @@ func (z *analyzer) listConditions(alt *ast.Term, depth int, forked bool) {
 	} else {
 		o = origin{root: Input, path: elem[1 : len(elem)-1], exact: false}
 	}
-	inner := map[ast.Var]origin{k: o}
-	seen := map[ast.Var]bool{k: true}
+	inner := map[ast.Var]origin{def.key: o}
+	seen := map[ast.Var]bool{def.key: true}
+	if def.keyPath != nil {
+		inner[def.value], seen[def.value] = o, true
+		inner[def.key] = o.extend(def.keyPath...)
+	}
 	at := z.at
-	for _, e := range r.Body[1:] {
+	for _, e := range def.bodyRest {
 		z.expr(e, inner, seen, depth, nil)
 	}
 	z.at = at
+}
+
+// distinctKey records that the list map at set has its key at path (an
+// element path) in one of its lists.
+func (z *analyzer) distinctKey(set ast.Ref, path []*ast.Term) {
+	name := set.String()
+	for _, p := range z.distinct[name] {
+		if ast.Ref(p).Equal(ast.Ref(path)) {
+			return
+		}
+	}
+	if z.distinct == nil {
+		z.distinct = map[string][][]*ast.Term{}
+	}
+	z.distinct[name] = append(z.distinct[name], path)
 }
 
 // listChoices are the runs of a body over its forks: each run maps each

@@ -15,6 +15,8 @@ const (
 	// (proc-mount, selinux, host-network-ports).
 	filteredSet = "\ninput_containers contains c if {\nc := input.review.object.spec.containers[_]\nnot startswith(c.image, \"safe/\")\n}\n" +
 		"input_containers contains c if {\nc := input.review.object.spec.initContainers[_]\nc.securityContext.procMount != null\n}\n"
+	// listMap is seccomp v2's object of the containers by name.
+	listMap = "\ninput_containers[c.name] := c if { c := input.review.object.spec.containers[_] }\ninput_containers[c.name] := c if { c := input.review.object.spec.initContainers[_] }\n"
 )
 
 // TestAnalyzeLists: reads through a list element are keyed element by
@@ -25,6 +27,7 @@ func TestAnalyzeLists(t *testing.T) {
 	cases := []struct {
 		name, rego, params string
 		reads              []string
+		distinct           string // DistinctKeys, formatted
 	}{
 		{
 			name:  "one field read, the name printed",
@@ -55,6 +58,23 @@ func TestAnalyzeLists(t *testing.T) {
 			name:  "through the library's set of lists",
 			rego:  "violation contains {\"msg\": msg} if {\nc := input_containers[_]\nnot c.resources.limits.memory\nmsg := sprintf(\"<%v> has no limit\", [c.name])\n}" + listSet,
 			reads: []string{containers + "[_].(count)", containers + "[_].resources.limits.memory", containers + "[_].name (message only)", inits + "[_].(count)", inits + "[_].resources.limits.memory", inits + "[_].name (message only)"},
+		},
+		{
+			name:     "through a map of the lists by name, the name printed",
+			rego:     "violation contains {\"msg\": msg} if {\nc := input_containers[name]\nnot c.securityContext.seccompProfile\nmsg := sprintf(\"%v has no profile\", [name])\n}" + listMap,
+			reads:    []string{containers + "[_].(count)", containers + "[_].securityContext.seccompProfile", containers + "[_].name (message only)", inits + "[_].(count)", inits + "[_].securityContext.seccompProfile", inits + "[_].name (message only)"},
+			distinct: containers + "[_].name " + inits + "[_].name",
+		},
+		{
+			name:     "through a map of the lists by name, the name in a condition",
+			rego:     "violation contains {\"msg\": \"x\"} if {\nc := input_containers[name]\nstartswith(name, \"debug\")\nc.securityContext.privileged\n}" + listMap,
+			reads:    []string{containers + "[_].(count)", containers + "[_].securityContext.privileged", containers + "[_].name", inits + "[_].(count)", inits + "[_].securityContext.privileged", inits + "[_].name"},
+			distinct: containers + "[_].name " + inits + "[_].name",
+		},
+		{
+			name:  "a map looked up by a bound name: every list whole",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nn := input.parameters.name\ninput_containers[n].securityContext.privileged\n}" + listMap,
+			reads: []string{"input.parameters.name", containers, inits},
 		},
 		{
 			name:  "the set counted: every list whole",
@@ -117,7 +137,17 @@ func TestAnalyzeLists(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkReads(t, analyze(t, tc.rego, tc.params), tc.reads)
+			a := analyze(t, tc.rego, tc.params)
+			checkReads(t, a, tc.reads)
+			var distinct []string
+			for _, g := range a.DistinctKeys {
+				for _, p := range g {
+					distinct = append(distinct, "input"+PathString(p))
+				}
+			}
+			if got := strings.Join(distinct, " "); got != tc.distinct {
+				t.Errorf("distinct keys %q, want %q", got, tc.distinct)
+			}
 		})
 	}
 }

@@ -73,6 +73,14 @@ type Result struct {
 	// needs checking: the engine evaluates a review whose placeholder
 	// evaluation failed again with its real values.
 	PrintedThroughSeveral bool
+	// DistinctKeys are the key paths of the list maps read element-wise
+	// (`input_containers[c.name] = c` over several lists), one group per
+	// map: a map merges elements with equal keys, or fails when they
+	// differ, where the element-wise reading sees each. The key (and the
+	// memo) holds only for a pod whose values at a group's paths are
+	// pairwise distinct (missing ones aside); the engine evaluates other
+	// pods without memo.
+	DistinctKeys [][][]*ast.Term
 	// Why explains what makes the template costlier than once per (pod
 	// class, node class): reads of the node's name, of values unique to a
 	// pod or a node, and printed values that could not be left out of the
