@@ -136,6 +136,7 @@ func TestPluginPlacement(t *testing.T) {
 	// No allowed node: pending, and the event says why.
 	harness.CreatePod(t, c, pod("alpha", "stuck", nil, "", onNode("beta-1")))
 	msg = harness.FailedSchedulingMessage(t, c, "alpha", "stuck", "reserved for tenant <beta>", 30*time.Second)
+	t.Logf("the stuck pod's FailedScheduling event: %s", msg)
 	if !strings.Contains(msg, "[tenant-nodes]") {
 		t.Errorf("event message %q does not name the constraint", msg)
 	}

@@ -12,11 +12,12 @@
 //     matched deny constraint can see the node, the plugin's Filter is
 //     skipped. Filter judges nodes on first need, a block of 32 at a time
 //     (deny: UnschedulableAndUnresolvable, so preemption never picks a node
-//     the policy forbids). When policy denies some nodes of a signed pod but
-//     not all, PreFilter also hands out the allowed ones (a PreFilterResult,
-//     once per signature), and PostFilter activates a pod that then finds
-//     no node, to be judged node by node with every message (allowed.go;
-//     the nodeMessages arg turns the set off). PreScore skips Score when no warn constraint
+//     the policy forbids). When policy denies some nodes of a signed pod,
+//     at least half, PreFilter also hands out the allowed ones (a
+//     PreFilterResult, once per signature), and PostFilter gives a pod that
+//     then finds no node the messages of the others, which kube-scheduler
+//     appends to its FailedScheduling message (allowed.go; the nodeMessages
+//     arg turns the set off). PreScore skips Score when no warn constraint
 //     matches; Score is the extender's prioritize score (10 * (W - V) / W)
 //     scaled to 0..100. SignPod signs a pod with what decides its verdicts
 //     (the engine's memo keys, printed names left out, the policy and

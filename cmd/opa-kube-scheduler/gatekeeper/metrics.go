@@ -24,7 +24,6 @@ const (
 	requeuePolicy    = "policy"
 	requeueReady     = "ready"
 	requeueNamespace = "namespace"
-	requeueExplain   = "explain" // found no node among the allowed ones: judged node by node next
 )
 
 var (
@@ -40,7 +39,7 @@ var (
 	}, []string{"profile", "reason"})
 	requeuesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: enginemetrics.Namespace, Subsystem: subsystem, Name: "requeues_total",
-		Help:           "Pods sent back to the active queue, by profile and reason (node: a Node event's queueing hint; policy, ready, namespace: activated by the plugin; explain: found no node among those policy allows, activated to be judged node by node).",
+		Help:           "Pods sent back to the active queue, by profile and reason (node: a Node event's queueing hint; policy, ready, namespace: activated by the plugin).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"profile", "reason"})
 	registerOnce sync.Once

@@ -34,10 +34,8 @@ type Plugin struct {
 	signed  atomic.Pointer[signedPod]
 	blocks  blockCache
 	// nodeMessages: every node is judged in Filter (no PreFilterResult of
-	// allowed nodes, see allowed.go); explained are the pods for which it
-	// is so after a cycle found no node.
+	// allowed nodes, see allowed.go).
 	nodeMessages bool
-	explained    explainedPods
 }
 
 // policy is the part of the engine the extension points use.
@@ -88,7 +86,7 @@ func (pl *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		// this plugin's Filter.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	res, err := pl.preFilterResult(ctx, s, pod)
+	res, err := pl.preFilterResult(ctx, s)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
