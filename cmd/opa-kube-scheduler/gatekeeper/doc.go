@@ -12,8 +12,8 @@
 //     matched deny constraint can see the node, the plugin's Filter is
 //     skipped. Filter judges nodes on first need, a block of 32 at a time
 //     (deny: UnschedulableAndUnresolvable, so preemption never picks a node
-//     the policy forbids). When policy denies some nodes of a signed pod,
-//     at least half, PreFilter also hands out the allowed ones (a
+//     the policy forbids). When policy denies some nodes of a signed pod but
+//     not all, PreFilter also hands out the allowed ones (a
 //     PreFilterResult, once per signature), and PostFilter gives a pod that
 //     then finds no node the messages of the others, which kube-scheduler
 //     appends to its FailedScheduling message (allowed.go; the nodeMessages

@@ -181,8 +181,8 @@ func TestEnforcementTable(t *testing.T) {
 }
 
 // checkAllowedNodes: PreFilter's node set is exactly the nodes Filter
-// passes, when Filter denies at least half the nodes but not all; else
-// there is none, and Filter says why for each node.
+// passes, when Filter denies some but not all; else there is none, and
+// Filter says why for each node.
 func checkAllowedNodes(t *testing.T, c cycle, nodes []fwk.NodeInfo) {
 	t.Helper()
 	passed := sets.New[string]()
@@ -191,7 +191,7 @@ func checkAllowedNodes(t *testing.T, c cycle, nodes []fwk.NodeInfo) {
 			passed.Insert(n.Node().Name)
 		}
 	}
-	some := len(c.denied) > 0 && passed.Len() > 0 && passed.Len()*2 <= len(nodes)
+	some := len(c.denied) > 0 && passed.Len() > 0
 	switch {
 	case some && c.result == nil:
 		t.Errorf("Filter denies %d nodes and passes %d, but PreFilter handed out no node set", len(c.denied), passed.Len())
@@ -266,7 +266,7 @@ func TestPostFilterNamesTheDeniedNodes(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("no case is denied on at least half the nodes only: the test shows nothing")
+	t.Fatal("no case is denied on some nodes only: the test shows nothing")
 }
 
 // TestNodesTheEngineHasNotSeen: a node in the scheduler's snapshot that
