@@ -98,7 +98,7 @@ type keptAnswer struct {
 	inventory ast.Value
 	p         *Placement
 	once      sync.Once
-	index     map[string]int // node name -> index in p.Nodes, built on first reuse
+	index     map[string]int // node name -> index in p.Nodes, built on first need (positions)
 }
 
 type recent struct {
@@ -139,22 +139,50 @@ func (c *recent) reuse(snap *snapshot, inventory ast.Value, pod *Pod, cands []Ca
 	if k == nil {
 		return nil
 	}
+	idx, ok := k.positions(cands)
+	if !ok {
+		return nil
+	}
+	c.reused.Add(1)
+	return k.p.restrict(idx)
+}
+
+// positions gives each candidate's index in the kept answer, false when
+// one is not there. kube-scheduler sends prioritize the nodes that passed
+// filter, in filter's order: a walk along the kept nodes finds them
+// without an index; a list in another order builds the index once.
+func (k *keptAnswer) positions(cands []Candidate) ([]int, bool) {
+	idx := make([]int, len(cands))
+	nodes := k.p.Nodes
+	i := 0
+	for j := range cands {
+		for i < len(nodes) && nodes[i].Name != cands[j].Name {
+			i++
+		}
+		if i == len(nodes) {
+			return k.indexed(cands, idx)
+		}
+		idx[j] = i
+		i++
+	}
+	return idx, true
+}
+
+func (k *keptAnswer) indexed(cands []Candidate, idx []int) ([]int, bool) {
 	k.once.Do(func() {
 		k.index = make(map[string]int, len(k.p.Nodes))
 		for i := range k.p.Nodes {
 			k.index[k.p.Nodes[i].Name] = i
 		}
 	})
-	idx := make([]int, len(cands))
 	for j := range cands {
 		i, ok := k.index[cands[j].Name]
 		if !ok {
-			return nil
+			return nil, false
 		}
 		idx[j] = i
 	}
-	c.reused.Add(1)
-	return k.p.restrict(idx)
+	return idx, true
 }
 
 // keep remembers p, r's answer, when it is repeatable.

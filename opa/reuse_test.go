@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -97,6 +98,13 @@ func TestAnswerReusedForTheNextVerb(t *testing.T) {
 		}
 		if g, w := answer(got), fresh(decoded(t, pm), sub); !reflect.DeepEqual(g, w) {
 			t.Errorf("%s: reused answer\n got  %q\n want %q", ns, g, w)
+		}
+		// In another order than filter's (found through the index).
+		rev := slices.Clone(sub)
+		slices.Reverse(rev)
+		got, reused = ask(decoded(t, pm), rev)
+		if g, w := answer(got), fresh(decoded(t, pm), rev); !reused || !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: reused answer in reverse order (reused %v)\n got  %q\n want %q", ns, reused, g, w)
 		}
 	}
 

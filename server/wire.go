@@ -137,7 +137,9 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 	if !sc.consume('[') {
 		return false
 	}
-	names := make([]string, 0, bytes.Count(sc.b[sc.i:], []byte{','})/2+1)
+	// Every comma of the rest, plus one: the list's length when it is the
+	// last field (the scheduler's order), a few more otherwise.
+	names := make([]string, 0, bytes.Count(sc.b[sc.i:], []byte{','})+1)
 	sc.space()
 	if sc.consume(']') {
 		wire.NodeNames = &names
