@@ -622,6 +622,23 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 	return ct, nil
 }
 
+// writeInventoryChanges writes the inventory changes of a commit: the
+// object counts they change, by kind, and the changes refused.
+func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []Change, view nodeView, raw map[string][]byte) (map[string]int, []*ApplyError) {
+	counts := map[string]int{}
+	var errs []*ApplyError
+	for _, ch := range inv {
+		ref, _ := changeRef(ch)
+		delta, err := e.writeInventory(ctx, txn, ch, view, raw)
+		if err != nil {
+			errs = append(errs, &ApplyError{Ref: ref, Err: err})
+			continue
+		}
+		counts[inventoryKey(ref.GroupVersionKind)] += delta
+	}
+	return counts, errs
+}
+
 // commit writes policies and inventory in one store transaction and
 // installs the next snapshot when its compiler is in force.
 func (e *Engine) commit(ctx context.Context, templates map[string]*template, next *snapshot, inv []Change) []*ApplyError {
@@ -661,16 +678,8 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	if !view.all {
 		e.prepareNodeCodec(inv)
 	}
-	counts := map[string]int{}
-	for _, ch := range inv {
-		ref, _ := changeRef(ch)
-		delta, err := e.writeInventory(ctx, txn, ch, view, raw)
-		if err != nil {
-			errs = append(errs, &ApplyError{Ref: ref, Err: err})
-			continue
-		}
-		counts[inventoryKey(ref.GroupVersionKind)] += delta
-	}
+	counts, invErrs := e.writeInventoryChanges(ctx, txn, inv, view, raw)
+	errs = append(errs, invErrs...)
 	gen := e.invGen
 	// Any inventory write, and a re-cut of the Nodes, is a new generation:
 	// what keys on it (signatures, kept answers, the node index) never

@@ -229,49 +229,8 @@ func run() error {
 	c.stats = env.engine.Stats
 	c.nodeSize = f.nodeSize
 
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile() // no-op once stopped below
-	}
-	var scenarios []scenario
-	for _, n := range f.nodes {
-		for _, v := range f.verbs {
-			scenarios = append(scenarios, scenario{verb: v, full: false, nodes: n})
-		}
-	}
-	for _, n := range f.fullNodes {
-		for _, v := range f.verbs {
-			scenarios = append(scenarios, scenario{verb: v, full: true, nodes: n})
-		}
-	}
-	for i, s := range scenarios {
-		if i > 0 && s.full && !scenarios[i-1].full {
-			// The names-only scenarios are done: memory in the
-			// nodeCacheCapable steady state, before full Node lists.
-			if m, err := memory(); err == nil {
-				rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "the NodeNames scenarios", Requests: requestsSoFar(rep), Memory: m})
-			}
-		}
-		res, err := c.run(ctx, s, f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name(), err)
-		}
-		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req",
-			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest)
-		if res.EvalErrorsPerRequest > 0 {
-			logf("%s: %.1f evaluation errors per request (failing templates, or the service's request timeout)", res.Name, res.EvalErrorsPerRequest)
-		}
-		rep.Scenarios = append(rep.Scenarios, res)
-	}
-	if f.cpuProfile != "" {
-		pprof.StopCPUProfile()
+	if err := runScenarios(ctx, f, c, rep); err != nil {
+		return err
 	}
 	if m, err := memory(); err == nil {
 		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
@@ -314,6 +273,53 @@ func run() error {
 		logf("wrote %s", f.jsonPath)
 	}
 	printMarkdown(os.Stdout, rep)
+	return nil
+}
+
+// runScenarios times every scenario (names-only first, then full Node
+// lists, each for every verb), under the CPU profile when one is asked.
+func runScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var scenarios []scenario
+	for _, n := range f.nodes {
+		for _, v := range f.verbs {
+			scenarios = append(scenarios, scenario{verb: v, full: false, nodes: n})
+		}
+	}
+	for _, n := range f.fullNodes {
+		for _, v := range f.verbs {
+			scenarios = append(scenarios, scenario{verb: v, full: true, nodes: n})
+		}
+	}
+	for i, s := range scenarios {
+		if i > 0 && s.full && !scenarios[i-1].full {
+			// The names-only scenarios are done: memory in the
+			// nodeCacheCapable steady state, before full Node lists.
+			if m, err := memory(); err == nil {
+				rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "the NodeNames scenarios", Requests: requestsSoFar(rep), Memory: m})
+			}
+		}
+		res, err := c.run(ctx, s, f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req",
+			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest)
+		if res.EvalErrorsPerRequest > 0 {
+			logf("%s: %.1f evaluation errors per request (failing templates, or the service's request timeout)", res.Name, res.EvalErrorsPerRequest)
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+	}
 	return nil
 }
 

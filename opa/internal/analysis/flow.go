@@ -406,15 +406,23 @@ func (z *analyzer) result() *Result {
 		}
 	}
 	a.Why = dedupe(append(z.why, why...))
+	a.DistinctKeys = z.distinctKeys()
+	return a
+}
+
+// distinctKeys are the list maps' key paths, one group per map, in a
+// stable order.
+func (z *analyzer) distinctKeys() [][][]*ast.Term {
 	names := make([]string, 0, len(z.distinct))
 	for name := range z.distinct {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	var out [][][]*ast.Term
 	for _, name := range names {
-		a.DistinctKeys = append(a.DistinctKeys, z.distinct[name])
+		out = append(out, z.distinct[name])
 	}
-	return a
+	return out
 }
 
 func readPaths(rs []read) [][]*ast.Term {
