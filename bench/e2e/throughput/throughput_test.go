@@ -382,10 +382,33 @@ func (env *runEnv) runSetup(t *testing.T, s setup, qpsName string, qps, burst in
 	if n != s.pods {
 		t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qpsName, n, s.pods)
 	}
-	go func() {
-		_ = c.Client().CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
-	}()
+	removePods(t, c, ns)
 	return r, !strings.HasPrefix(s.name, "warm-up")
+}
+
+// removePods deletes the run's pods at once (no kubelet runs to finish a
+// graceful deletion: they would stay bound, Terminating, on the nodes of
+// every later run) and waits until they are gone, so that the next run
+// neither shares the API server with the deletion nor finds the nodes
+// fuller than the run before it did.
+func removePods(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := c.Client().CoreV1().Pods(ns)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("delete the pods of %s: %v", ns, err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil && len(list.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pods of %s are not gone after 2 minutes (%v)", ns, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // pluginProfile enables the OPAGatekeeper plugin at every extension point
