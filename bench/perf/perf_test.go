@@ -24,7 +24,7 @@ var allowedPools = map[string][]string{
 	"trainer":    {"general-a", "general-b", "general-c", "general-d", "spot-a", "spot-b", "system"},
 }
 
-func testDirs(t *testing.T) Dirs {
+func testDirs(t testing.TB) Dirs {
 	t.Helper()
 	d := DefaultDirs("..")
 	if err := d.Check(); err != nil {

@@ -1,0 +1,83 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+// BenchmarkOneOffPod times the realistic mix's one-off pods (a new Job:
+// new image, labels and container names) over 50 kubelet-sized nodes, one
+// core (Parallelism 1), and logs what they still evaluate: each
+// constraint's explain duration per pod and why. Run with
+//
+//	cd bench && go test -run '^$' -bench OneOffPod -benchtime 100x ./perf/
+func BenchmarkOneOffPod(b *testing.B) {
+	d := testDirs(b)
+	ps, err := LoadRealistic(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := NewEngine(ctx, opa.Options{Parallelism: 1}, ps, append(Namespaces(), KubeletNodes.Nodes(50)...), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close(ctx) })
+	cands := Candidates(50)
+	s := NewStream(1, 0, 0)
+	for i := range 40 { // warm: the classes every one-off pod shares
+		if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: podMap(b, s.OneOff(i)), Candidates: cands}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cost := map[string]time.Duration{}
+	why := map[string]string{}
+	b.ResetTimer()
+	for i := range b.N {
+		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: podMap(b, s.OneOff(1000+i)), Candidates: cands, Explain: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, nv := range p.Nodes {
+			for _, tr := range nv.Explain {
+				k := tr.Constraint.Kind
+				if tr.Memoised || tr.NotEvaluated != "" || (seen[k] && tr.PerPod) {
+					continue
+				}
+				seen[k] = true
+				cost[k] += tr.Duration
+				why[k] = tr.Evaluated + "; " + strings.Join(tr.Why, "; ")
+			}
+		}
+	}
+	b.StopTimer()
+	kinds := make([]string, 0, len(cost))
+	var total time.Duration
+	for k, d := range cost {
+		kinds = append(kinds, k)
+		total += d
+	}
+	sort.Slice(kinds, func(x, y int) bool { return cost[kinds[x]] > cost[kinds[y]] })
+	per := func(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000/float64(b.N)) }
+	for _, k := range kinds {
+		b.Logf("%-42s %s per pod (%s)", k, per(cost[k]), why[k])
+	}
+	b.Logf("%d constraints evaluated, %s per one-off pod in all", len(kinds), per(total))
+}
+
+func podMap(tb testing.TB, p Pod) map[string]any {
+	tb.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(p.JSON, &m); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
