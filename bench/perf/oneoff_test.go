@@ -66,7 +66,9 @@ func BenchmarkOneOffPod(b *testing.B) {
 		total += d
 	}
 	sort.Slice(kinds, func(x, y int) bool { return cost[kinds[x]] > cost[kinds[y]] })
-	per := func(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000/float64(b.N)) }
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000/float64(b.N))
+	}
 	for _, k := range kinds {
 		b.Logf("%-42s %s per pod (%s)", k, per(cost[k]), why[k])
 	}
