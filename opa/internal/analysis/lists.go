@@ -111,13 +111,19 @@ func listDefinition(r *ast.Rule) (listDef, bool) {
 	return def, true
 }
 
-// boundElement is e's `v = <input ref>[<var>]`, the reference.
-func boundElement(e *ast.Expr, v ast.Var) (*ast.Term, bool) {
+// sides are a plain equality's two terms in both orders (nil for any
+// other expression: negated, with a `with`, not an equality).
+func sides(e *ast.Expr) [][2]*ast.Term {
 	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
-		return nil, false
+		return nil
 	}
 	terms := e.Terms.([]*ast.Term)
-	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+	return [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}}
+}
+
+// boundElement is e's `v = <input ref>[<var>]`, the reference.
+func boundElement(e *ast.Expr, v ast.Var) (*ast.Term, bool) {
+	for _, pair := range sides(e) {
 		if x, ok := pair[0].Value.(ast.Var); ok && x == v {
 			if ref, ok := pair[1].Value.(ast.Ref); ok && len(ref) > 1 && ref[0].Equal(ast.InputRootDocument) {
 				if _, last := ref[len(ref)-1].Value.(ast.Var); last && ref[:len(ref)-1].IsGround() {
@@ -131,11 +137,7 @@ func boundElement(e *ast.Expr, v ast.Var) (*ast.Term, bool) {
 
 // keyBinding is e's `k = v.<path of strings>`, the path.
 func keyBinding(e *ast.Expr, k, v ast.Var) (ast.Ref, bool) {
-	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
-		return nil, false
-	}
-	terms := e.Terms.([]*ast.Term)
-	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+	for _, pair := range sides(e) {
 		x, ok := pair[0].Value.(ast.Var)
 		ref, isRef := pair[1].Value.(ast.Ref)
 		if !ok || x != k || !isRef || len(ref) < 2 || !ref[0].Equal(ast.VarTerm(string(v))) {
@@ -201,11 +203,7 @@ func (z *analyzer) listForks(r *ast.Rule, env map[ast.Var]origin) []listFork {
 }
 
 func (z *analyzer) listBinding(e *ast.Expr, seen map[ast.Var]bool) ([]*ast.Term, bool) {
-	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
-		return nil, false
-	}
-	terms := e.Terms.([]*ast.Term)
-	for _, pair := range [][2]*ast.Term{{terms[1], terms[2]}, {terms[2], terms[1]}} {
+	for _, pair := range sides(e) {
 		v, isVar := pair[0].Value.(ast.Var)
 		ref, isRef := pair[1].Value.(ast.Ref)
 		if !isVar || seen[v] || v.IsWildcard() || !isRef || len(ref) < 2 || !ref.HasPrefix(z.root) {
