@@ -33,19 +33,30 @@ func (c *nodeIndexCache) of(gen ast.Value, nodes ast.Object, candidates int) *no
 	if gen == nil || nodes == nil {
 		return nil
 	}
-	if idx := c.cur.Load(); idx != nil && idx.generation.Compare(gen) == 0 {
+	idx := c.cur.Load()
+	if idx != nil && idx.generation.Compare(gen) == 0 {
 		return idx
 	}
 	if candidates < minIndexedCandidates {
+		if idx != nil && idx.generation.Compare(gen) < 0 {
+			// Outdated: let its Node values go (the Nodes replaced since
+			// are not kept alive while only small requests come).
+			c.cur.CompareAndSwap(idx, nil)
+		}
 		return nil
 	}
-	idx := &nodeIndex{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
+	idx = &nodeIndex{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
 	nodes.Foreach(func(k, v *ast.Term) {
 		name, ok := k.Value.(ast.String)
 		if _, isObj := v.Value.(ast.Object); ok && isObj {
 			idx.byName[string(name)] = v.Value
 		}
 	})
-	c.cur.Store(idx)
-	return idx
+	for {
+		// A request reading an older generation never replaces a newer index.
+		cur := c.cur.Load()
+		if cur != nil && cur.generation.Compare(gen) > 0 || c.cur.CompareAndSwap(cur, idx) {
+			return idx
+		}
+	}
 }
