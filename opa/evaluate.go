@@ -636,11 +636,31 @@ func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
 				}
 			}
 		}
-		for i := range keys {
-			for k := range i {
-				if keys[i].Equal(keys[k]) {
-					return false
-				}
+		if !distinct(keys) {
+			return false
+		}
+	}
+	return true
+}
+
+// distinct reports whether no two of keys are equal: pairwise for the
+// few containers of a pod, through their text for many.
+func distinct(keys []*ast.Term) bool {
+	if len(keys) > 16 {
+		seen := make(map[string]bool, len(keys))
+		for _, k := range keys {
+			s := k.String()
+			if seen[s] {
+				return false
+			}
+			seen[s] = true
+		}
+		return true
+	}
+	for i := range keys {
+		for k := range i {
+			if keys[i].Equal(keys[k]) {
+				return false
 			}
 		}
 	}
