@@ -643,26 +643,15 @@ func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
 	return true
 }
 
-// distinct reports whether no two of keys are equal: pairwise for the
-// few containers of a pod, through their text for many.
+// distinct reports whether no two of keys are equal as Rego compares
+// object keys (1 and 1.0 are one key: an AST set's membership, not text).
 func distinct(keys []*ast.Term) bool {
-	if len(keys) > 16 {
-		seen := make(map[string]bool, len(keys))
-		for _, k := range keys {
-			s := k.String()
-			if seen[s] {
-				return false
-			}
-			seen[s] = true
+	seen := ast.NewSet()
+	for _, k := range keys {
+		if seen.Contains(k) {
+			return false
 		}
-		return true
-	}
-	for i := range keys {
-		for k := range i {
-			if keys[i].Equal(keys[k]) {
-				return false
-			}
-		}
+		seen.Add(k)
 	}
 	return true
 }
