@@ -112,14 +112,14 @@ func (req *PlacementRequest) pod() (*Pod, error) {
 }
 
 // NodeVerdict is the engine's answer for one candidate node; its
-// violations are Placement.Violations(i).
+// violations are Placement.Violations(i), its trace (explain requests
+// only) Placement.Trace(i). It is kept small: an answer holds one per
+// candidate, 5000 of them on a large cluster's every call.
 type NodeVerdict struct {
 	Name string `json:"name"`
 	// Unknown is true when the node was neither supplied nor in the
 	// inventory: no policy was evaluated for it.
 	Unknown bool `json:"unknown,omitempty"`
-	// Explain is filled only when the request asked for it.
-	Explain []ConstraintTrace `json:"explain,omitempty"`
 }
 
 // ConstraintTrace is one constraint's verdict on one node, for explain.

@@ -500,7 +500,7 @@ func TestGuardedTemplateNotEvaluated(t *testing.T) {
 		if evaluated := fast.Stats().Evaluations > before; evaluated != tc.evaluated {
 			t.Errorf("pod %s: evaluated %v, want %v", name, evaluated, tc.evaluated)
 		}
-		if tr := p.Nodes[0].Explain; len(tr) != 1 || (tr[0].NotEvaluated != "") == tc.evaluated {
+		if tr := p.Trace(0); len(tr) != 1 || (tr[0].NotEvaluated != "") == tc.evaluated {
 			t.Errorf("pod %s: explain %+v", name, tr)
 		}
 		for i := range cands {

@@ -161,7 +161,8 @@ func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, expla
 
 // placement is an empty answer for the request's candidates.
 func (r *request) placement() *Placement {
-	p := &Placement{Nodes: make([]NodeVerdict, len(r.slots)), Generation: r.snap.generation}
+	p := newPooledPlacement(len(r.slots))
+	p.Generation = r.snap.generation
 	for i, s := range r.slots {
 		p.Nodes[i].Name = s.name
 		p.Nodes[i].Unknown = s.value == nil
@@ -278,7 +279,7 @@ func (r *request) recordGuarded(p *Placement, bc *boundConstraint, g analysis.Gu
 	t.NotEvaluated = "`" + g.String() + "` is false for this pod, and every violation rule begins with such a test"
 	for i := range p.Nodes {
 		if !p.Nodes[i].Unknown {
-			p.Nodes[i].Explain = append(p.Nodes[i].Explain, t)
+			p.AddTrace(i, t)
 		}
 	}
 }
@@ -472,13 +473,13 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		}
 		if len(res) > 0 {
 			if !violated {
-				col.cells = make([]cell, len(r.slots))
+				col.cells = p.newCells(len(r.slots))
 			}
 			violated = true
 			col.set(i, res, r.printed(bc, i, subst))
 		}
 		if r.explain {
-			p.Nodes[i].Explain = append(p.Nodes[i].Explain, r.trace(bc, r.e.ph.substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
+			p.AddTrace(i, r.trace(bc, r.e.ph.substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
 		}
 	}
 	if violated {
@@ -670,7 +671,7 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 		t := r.trace(bc, res, hit, true, dur)
 		for i := range p.Nodes {
 			if !p.Nodes[i].Unknown {
-				p.Nodes[i].Explain = append(p.Nodes[i].Explain, t)
+				p.AddTrace(i, t)
 			}
 		}
 	}

@@ -182,7 +182,7 @@ func TestLibraryGuards(t *testing.T) {
 		// the role's name.
 		name := pod["metadata"].(map[string]any)["name"]
 		skipped := 0
-		for _, tr := range p.Nodes[0].Explain {
+		for _, tr := range p.Trace(0) {
 			k := tr.Constraint.Kind
 			if got[k] == nil {
 				continue
@@ -262,7 +262,7 @@ func TestLibraryListElements(t *testing.T) {
 	judge := func(p map[string]any, count bool) {
 		got := judgeAsReference(t, e, ref, p, cands, count)
 		if count {
-			for _, tr := range got.Nodes[0].Explain {
+			for _, tr := range got.Trace(0) {
 				if !tr.Memoised && tr.NotEvaluated == "" {
 					reEvaluated[tr.Constraint.Kind]++
 				}

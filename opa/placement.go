@@ -36,6 +36,41 @@ type Placement struct {
 	denyMemo   []atomic.Pointer[string]
 	commonDeny bool
 	commonWarn int // distinct warn constraints in Common
+	// traces are the nodes' explain traces, nil unless explain was asked.
+	traces [][]ConstraintTrace
+	// at maps node i of an answer cut from another (restrict) to the
+	// other's node, whose cells hold node i's verdicts: the columns are
+	// shared, not copied. nil: node i's cells are cells[i].
+	at []int32
+	// mem counts the readers of the pooled memory the answer holds
+	// (answermem.go); nil for an answer whose memory is not pooled.
+	mem *answerMemory
+}
+
+// cellOf is the index into the columns' cells of node i's verdicts.
+func (p *Placement) cellOf(i int) int {
+	if p.at != nil {
+		return int(p.at[i])
+	}
+	return i
+}
+
+// Trace gives the constraints' verdicts on node i, one entry per matched
+// constraint, for an answer to a request with Explain; nil otherwise.
+func (p *Placement) Trace(i int) []ConstraintTrace {
+	if p.traces == nil {
+		return nil
+	}
+	return p.traces[i]
+}
+
+// AddTrace appends to node i's trace (Trace). Policy implementations
+// other than the Engine (adapters, test fakes) explain with it too.
+func (p *Placement) AddTrace(i int, t ...ConstraintTrace) {
+	if p.traces == nil {
+		p.traces = make([][]ConstraintTrace, len(p.Nodes))
+	}
+	p.traces[i] = append(p.traces[i], t...)
 }
 
 // column is one node-reading constraint's verdicts, one cell per node.
@@ -53,7 +88,9 @@ type column struct {
 }
 
 // cell is a node's verdict from one constraint: which of the column's
-// results (0: none), and the node's printed values.
+// results (0: none), and the node's printed values. The column methods
+// take a cell's index, which is the node's own except in an answer cut
+// from another (Placement.cellOf).
 type cell struct {
 	result  uint32
 	printed *nodePrinted
@@ -154,6 +191,7 @@ func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
 	if p.Nodes[i].Unknown {
 		return
 	}
+	j := p.cellOf(i)
 	common, cols := p.Common, p.columns
 	for len(common) > 0 || len(cols) > 0 {
 		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
@@ -163,8 +201,8 @@ func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
 			common = common[1:]
 			continue
 		}
-		if c := &cols[0]; (action == "" || c.action == action) && c.cells[i].result > 0 {
-			c.violations(i, f)
+		if c := &cols[0]; (action == "" || c.action == action) && c.cells[j].result > 0 {
+			c.violations(j, f)
 		}
 		cols = cols[1:]
 	}
@@ -185,8 +223,9 @@ func (p *Placement) Denied(i int) bool {
 	if p.commonDeny {
 		return true
 	}
+	j := p.cellOf(i)
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Deny && col.cells[i].result > 0 {
+		if col := &p.columns[c]; col.action == Deny && col.cells[j].result > 0 {
 			return true
 		}
 	}
@@ -200,8 +239,9 @@ func (p *Placement) ViolatedWarnConstraints(i int) int {
 		return 0
 	}
 	n := p.commonWarn
+	j := p.cellOf(i)
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Warn && col.cells[i].result > 0 {
+		if col := &p.columns[c]; col.action == Warn && col.cells[j].result > 0 {
 			n++
 		}
 	}
@@ -231,8 +271,8 @@ func (p *Placement) Decisions(f func(c ConstraintKey, a Action, nodes int)) {
 	for c := range p.columns {
 		col := &p.columns[c]
 		n := 0
-		for i := range col.cells {
-			if col.cells[i].result > 0 {
+		for i := range p.Nodes {
+			if col.cells[p.cellOf(i)].result > 0 {
 				n++
 			}
 		}
@@ -348,6 +388,7 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 		return
 	}
 	d := newDenyWriter(w)
+	j := p.cellOf(i)
 	common, cols := p.Common, p.columns
 	for len(common) > 0 || len(cols) > 0 {
 		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
@@ -357,8 +398,8 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 			common = common[1:]
 			continue
 		}
-		if c := &cols[0]; c.action == Deny && c.cells[i].result > 0 {
-			c.writeDenies(&d, i)
+		if c := &cols[0]; c.action == Deny && c.cells[j].result > 0 {
+			c.writeDenies(&d, j)
 		}
 		cols = cols[1:]
 	}

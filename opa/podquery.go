@@ -143,6 +143,7 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 		return nil, err
 	}
 	p := r.placement()
+	p.mem = nil // Rebind hands p's cells to other pods' answers: never recycled
 	p.Common = q.common.Common
 	p.MatchedWarnConstraints = q.common.MatchedWarnConstraints
 	if err := r.judgeNodes(p, q.nodeReading); err != nil {
@@ -175,6 +176,7 @@ func (q *PodQuery) Rebind(p *Placement) (*Placement, bool) {
 	out.Common = q.common.Common
 	out.Evaluations = 0
 	out.denyMemo = nil // the messages may print this pod's values
+	out.mem = nil      // p's memory is p's readers' to count
 	out.columns = make([]column, len(p.columns))
 	for i, c := range p.columns {
 		c.pod = q.binds[c.order]

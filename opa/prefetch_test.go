@@ -44,7 +44,7 @@ func TestPrefetchedMissesAsSequential(t *testing.T) {
 				prefetched++
 			}
 			for i := range cands {
-				if g, w := memoFlags(got.Nodes[i].Explain), memoFlags(want.Nodes[i].Explain); !reflect.DeepEqual(g, w) {
+				if g, w := memoFlags(got.Trace(i)), memoFlags(want.Trace(i)); !reflect.DeepEqual(g, w) {
 					t.Errorf("pod %d round %d node %d: explain\n parallel   %v\n sequential %v", k, round, i, g, w)
 				}
 			}

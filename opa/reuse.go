@@ -35,7 +35,8 @@ import (
 //     engine without it is the reference, which evaluates every review).
 //
 // Only what Evaluate computed is shared: the restricted answer has its own
-// node list and cells, the results (read-only) are the kept answer's.
+// node list, and reads the kept answer's columns (read-only once made)
+// through its own index.
 
 // recentAnswers is how many answers Evaluate keeps, and recentPods how
 // many pods DecodePod remembers: one per scheduler profile or replica
@@ -135,24 +136,36 @@ func (c *recent) reuse(snap *snapshot, inventory ast.Value, pod *Pod, cands []Ca
 			break
 		}
 	}
+	// The reference the restricted answer will hold, taken while the
+	// kept one's keeps k.p alive.
+	if k != nil && !k.p.retain() {
+		k = nil
+	}
 	c.mu.Unlock()
 	if k == nil {
 		return nil
 	}
-	idx, ok := k.positions(cands)
+	buf := positionBuffers.Get().(*[]int)
+	defer positionBuffers.Put(buf)
+	idx, ok := k.positions(cands, *buf)
+	*buf = idx
 	if !ok {
+		k.p.Release()
 		return nil
 	}
 	c.reused.Add(1)
 	return k.p.restrict(idx)
 }
 
+// positionBuffers recycle positions' lists (restrict copies what it keeps).
+var positionBuffers = sync.Pool{New: func() any { return new([]int) }}
+
 // positions gives each candidate's index in the kept answer, false when
 // one is not there. kube-scheduler sends prioritize the nodes that passed
 // filter, in filter's order: a walk along the kept nodes finds them
 // without an index; a list in another order builds the index once.
-func (k *keptAnswer) positions(cands []Candidate) ([]int, bool) {
-	idx := make([]int, len(cands))
+func (k *keptAnswer) positions(cands []Candidate, buf []int) ([]int, bool) {
+	idx := resize(buf, len(cands))
 	nodes := k.p.Nodes
 	i := 0
 	for j := range cands {
@@ -190,37 +203,37 @@ func (c *recent) keep(r *request, pod *Pod, p *Placement) {
 	if r.unrepeatable || r.ctx.Err() != nil || r.invGen.Value == nil {
 		return
 	}
+	if !p.retain() {
+		return // its memory is not counted: a restricted answer could not share it
+	}
 	k := &keptAnswer{pod: pod, snap: r.snap, inventory: r.invGen.Value, p: p}
 	c.mu.Lock()
+	old := c.answers[c.next]
 	c.answers[c.next] = k
 	c.next = (c.next + 1) % recentAnswers
 	c.mu.Unlock()
+	if old != nil {
+		old.p.Release()
+	}
 }
 
 // restrict is p for the nodes at idx (indexes into p.Nodes, in the new
-// answer's order): the same verdicts, no evaluation of its own.
+// answer's order): the same verdicts, no evaluation of its own. The
+// columns and their cells are p's, read through the new answer's at (a
+// prioritize call at 5000 candidates copied half a megabyte of cells
+// before); the new answer holds a reference on p, which the caller took.
 func (p *Placement) restrict(idx []int) *Placement {
-	out := &Placement{
-		Nodes:                  make([]NodeVerdict, len(idx)),
-		Common:                 p.Common,
-		MatchedWarnConstraints: p.MatchedWarnConstraints,
-		Generation:             p.Generation,
-		commonDeny:             p.commonDeny,
-		commonWarn:             p.commonWarn,
-		columns:                make([]column, len(p.columns)),
-	}
+	out := newPooledPlacement(len(idx))
+	out.Common = p.Common
+	out.MatchedWarnConstraints = p.MatchedWarnConstraints
+	out.Generation = p.Generation
+	out.commonDeny, out.commonWarn = p.commonDeny, p.commonWarn
+	out.columns = p.columns
+	at := out.newAt(len(idx), p)
 	for j, i := range idx {
-		out.Nodes[j] = NodeVerdict{Name: p.Nodes[i].Name, Unknown: p.Nodes[i].Unknown}
+		out.Nodes[j] = p.Nodes[i]
+		at[j] = int32(p.cellOf(i))
 	}
-	for k, c := range p.columns {
-		if c.cells != nil {
-			cells := make([]cell, len(idx))
-			for j, i := range idx {
-				cells[j] = c.cells[i]
-			}
-			c.cells = cells
-		}
-		out.columns[k] = c
-	}
+	out.at = at
 	return out
 }

@@ -175,7 +175,10 @@ func TestAnswerReusedForTheNextVerb(t *testing.T) {
 
 // TestReusedAnswersConcurrently: answers kept and reused by several
 // goroutines at once, each reading its answer's messages and scores while
-// the others do (-race checks that a kept answer is only read).
+// the others do (-race checks that a kept answer is only read), and
+// releasing its answers as the extender does: filter's at once (the kept
+// reference holds it), prioritize's once read. An answer recycled while
+// one still reads it would read as another's, or as nothing.
 func TestReusedAnswersConcurrently(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, opa.Options{}, examples)
@@ -202,10 +205,12 @@ func TestReusedAnswersConcurrently(t *testing.T) {
 			for i := 0; i < 50; i++ {
 				name := []string{"a", "b", "c"}[(i+w)%3]
 				p := decoded(t, pod("alpha", name))
-				if _, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands, Reuse: opa.ReuseKeep}); err != nil {
+				kept, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands, Reuse: opa.ReuseKeep})
+				if err != nil {
 					errc <- err
 					return
 				}
+				kept.Release()
 				got, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands), Reuse: opa.ReuseTake})
 				if err != nil {
 					errc <- err
@@ -215,6 +220,7 @@ func TestReusedAnswersConcurrently(t *testing.T) {
 					errc <- fmt.Errorf("pod %s: got %q, want %q", name, g, want[name])
 					return
 				}
+				got.Release()
 			}
 		}(w)
 	}
@@ -225,6 +231,65 @@ func TestReusedAnswersConcurrently(t *testing.T) {
 	}
 	if e.Stats().AnswersReused == 0 {
 		t.Error("no answer was reused")
+	}
+}
+
+// TestReleasedAnswers: an answer cut from a kept one reads the same after
+// its source was released by its caller and evicted from the kept answers
+// (the cut answer's reference holds the source's cells); releasing it
+// twice panics; answers whose memory is not counted ignore Release.
+func TestReleasedAnswers(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, opa.Options{}, examples)
+	var cands []opa.Candidate
+	for i := 0; i < 12; i++ {
+		name := fmt.Sprintf("n%d", i)
+		apply(t, e, node(name, map[string]string{"tenant": []string{"alpha", "beta", ""}[i%3]}))
+		cands = append(cands, opa.Candidate{Name: name})
+	}
+	p := decoded(t, pod("alpha", "cut"))
+	want, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pod("alpha", "cut"), Candidates: everyOther(cands)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands, Reuse: opa.ReuseKeep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter.Release()
+	before := e.Stats().AnswersReused
+	cut, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands), Reuse: opa.ReuseTake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().AnswersReused != before+1 {
+		t.Fatal("the answer was not cut from the kept one")
+	}
+	// Enough other kept answers to evict it, each released and recycled.
+	for i := 0; i < 8; i++ {
+		other, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: decoded(t, pod("beta", fmt.Sprintf("o%d", i))), Candidates: cands, Reuse: opa.ReuseKeep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Release()
+	}
+	if g, w := answer(cut), answer(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("the cut answer after its source was evicted:\n got %q\nwant %q", g, w)
+	}
+	cut.Release()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a second Release did not panic")
+			}
+		}()
+		cut.Release()
+	}()
+	built := opa.NewPlacement([]opa.NodeVerdict{{Name: "a"}}, [][]opa.Violation{nil}, 0, 0)
+	built.Release()
+	built.Release()
+	if len(built.Nodes) != 1 {
+		t.Error("Release changed an answer whose memory is not counted")
 	}
 }
 

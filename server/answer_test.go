@@ -63,16 +63,28 @@ func FuzzAppendJSONString(f *testing.F) {
 	f.Fuzz(checkJSONString)
 }
 
-func TestPriorityAnswerIsEncodingJSON(t *testing.T) {
-	for _, list := range []extenderv1.HostPriorityList{
-		nil, {}, {{Host: "n-1", Score: 10}}, {{Host: `q"uote\`, Score: 0}, {Host: "ünï 日本\u2028", Score: -3}, {Host: "", Score: 1 << 40}},
-	} {
-		got, err := priorityAnswer(list).appendJSON(nil)
+func TestScoreAnswerIsEncodingJSON(t *testing.T) {
+	warn := func(name string) opa.Violation {
+		return opa.Violation{Constraint: opa.ConstraintKey{Kind: "W", Name: name}, Action: opa.Warn, Message: "prefer"}
+	}
+	deny := opa.Violation{Constraint: opa.ConstraintKey{Kind: "D", Name: "d"}, Action: opa.Deny, Message: "no"}
+	names := []string{"n-1", `q"uote\`, "ünï 日本\u2028", "", "ghost", "denied"}
+	nodes := make([]opa.NodeVerdict, len(names))
+	for i, n := range names {
+		nodes[i] = opa.NodeVerdict{Name: n, Unknown: n == "ghost"}
+	}
+	violations := [][]opa.Violation{nil, {warn("a")}, {warn("a"), warn("b")}, {warn("b"), warn("c")}, nil, {deny, warn("a")}}
+	// Three warn constraints match: 10, 7, 3, 3; the unknown and the
+	// denied node score 0.
+	want := extenderv1.HostPriorityList{{Host: "n-1", Score: 10}, {Host: names[1], Score: 7}, {Host: names[2], Score: 3}, {Host: "", Score: 3}, {Host: "ghost", Score: 0}, {Host: "denied", Score: 0}}
+	for _, n := range []int{0, 1, len(names)} {
+		p := opa.NewPlacement(nodes[:n], violations[:n], 3, 0)
+		got, err := scoreAnswer{names: names[:n], p: p}.appendJSON(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := stdJSON(t, list); !bytes.Equal(got, want) {
-			t.Errorf("priorityAnswer(%v) = %s, encoding/json writes %s", list, got, want)
+		if w := stdJSON(t, want[:n]); !bytes.Equal(got, w) {
+			t.Errorf("scoreAnswer for %d nodes = %s, encoding/json writes %s", n, got, w)
 		}
 	}
 }

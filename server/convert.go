@@ -98,8 +98,12 @@ type nodeArgs struct {
 var candidateBuffers = sync.Pool{New: func() any { return new([]opa.Candidate) }}
 
 // parseNodes validates and deduplicates the nodes of an ExtenderArgs.
-// Neither list set is a valid, empty request.
-func parseNodes(args *extenderv1.ExtenderArgs) (nodeArgs, *requestError) {
+// Neither list set is a valid, empty request. interned, when the scanner
+// read NodeNames, holds their numbers (nodenames.go).
+func parseNodes(args *extenderv1.ExtenderArgs, interned *nameBuffers) (nodeArgs, *requestError) {
+	if interned != nil && args.NodeNames != nil && (args.Nodes == nil || len(args.Nodes.Items) == 0) {
+		return parseNumberedNames(*args.NodeNames, interned)
+	}
 	var names []string
 	if args.NodeNames != nil {
 		names = *args.NodeNames
@@ -142,6 +146,20 @@ func parseNodes(args *extenderv1.ExtenderArgs) (nodeArgs, *requestError) {
 		seen[name] = struct{}{}
 	}
 	if dups { // rare: the scheduler sends unique names
+		names = dedupeNames(names)
+	}
+	return nodeArgs{names: names}, nil
+}
+
+// parseNumberedNames is parseNodes for interned names: duplicates are
+// found by number.
+func parseNumberedNames(names []string, buf *nameBuffers) (nodeArgs, *requestError) {
+	for i, name := range names {
+		if name == "" {
+			return nodeArgs{}, badRequest("NodeNames[%d] is empty", i)
+		}
+	}
+	if buf.repeats(buf.ids[:len(names)]) { // rare: the scheduler sends unique names
 		names = dedupeNames(names)
 	}
 	return nodeArgs{names: names}, nil

@@ -146,7 +146,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) (*ExplainRespon
 			Name:       cands[i].Name,
 			Verdict:    VerdictAllowed,
 			Violations: p.Violations(i),
-			Trace:      v.Explain,
+			Trace:      p.Trace(i),
 		}
 		switch {
 		case v.Unknown:

@@ -47,6 +47,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
+	c.nameLists = wire.names // the handler gives them back once it has answered
 	pod, rerr := decodePod(wire.Pod, "ExtenderArgs")
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
@@ -57,7 +58,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	}
 	c.pod = key
 	args := &extenderv1.ExtenderArgs{Nodes: wire.Nodes, NodeNames: wire.NodeNames}
-	na, rerr := parseNodes(args)
+	na, rerr := parseNodes(args, wire.names)
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
@@ -101,6 +102,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &verbCall{verb: verbFilter, start: time.Now()}
 	defer s.countPanic(c)
+	defer func() { c.nameLists.release() }() // set by placeArgs
 	args, pod, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, filterError)
@@ -181,35 +183,26 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 			"sample", sample)
 	}
 	s.finish(w, r, c, res, nil, filterError)
+	p.Release() // written and recorded: its memory serves the next answers
 }
 
 // handlePrioritize answers POST /prioritize with a HostPriorityList in the
-// request's order: Placement.Score (0..10, lowered by warn violations);
-// unknown and denied nodes score 0 (denied nodes only reach prioritize when
-// the extender is configured without filter).
+// request's order (scoreAnswer says how each node scores).
 func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	if !requireMethod(w, r, http.MethodPost) {
 		return
 	}
 	c := &verbCall{verb: verbPrioritize, start: time.Now()}
 	defer s.countPanic(c)
+	defer func() { c.nameLists.release() }() // set by placeArgs
 	_, _, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, prioritizeError)
 		return
 	}
-	out := make(extenderv1.HostPriorityList, len(p.Nodes))
-	for i := range p.Nodes {
-		v := &p.Nodes[i]
-		out[i].Host = na.names[i]
-		if v.Unknown || p.Denied(i) {
-			out[i].Score = extenderv1.MinExtenderPriority
-		} else {
-			out[i].Score = clampScore(p.Score(i))
-		}
-	}
 	s.metrics.countDecisions(verbPrioritize, p)
-	s.finish(w, r, c, priorityAnswer(out), nil, prioritizeError)
+	s.finish(w, r, c, scoreAnswer{names: na.names, p: p}, nil, prioritizeError)
+	p.Release() // written and recorded: its memory serves the next answers
 }
 
 func clampScore(x int64) int64 {

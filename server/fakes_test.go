@@ -103,18 +103,20 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 				deny("K8sLabelPolicy", "label-policy", "label says no")
 			}
 		}
-		if req.Explain && !v.Unknown {
-			v.Explain = []opa.ConstraintTrace{{
-				Constraint: opa.ConstraintKey{Kind: "K8sNoBadNodes", Name: "no-bad-nodes"},
-				Action:     opa.Deny,
-				Violations: messages(own),
-				Duration:   1500 * time.Nanosecond,
-			}}
-		}
 		nodes = append(nodes, v)
 		all = append(all, own)
 	}
 	p := opa.NewPlacement(nodes, all, 2, 7)
+	for i, v := range nodes {
+		if req.Explain && !v.Unknown {
+			p.AddTrace(i, opa.ConstraintTrace{
+				Constraint: opa.ConstraintKey{Kind: "K8sNoBadNodes", Name: "no-bad-nodes"},
+				Action:     opa.Deny,
+				Violations: messages(all[i]),
+				Duration:   1500 * time.Nanosecond,
+			})
+		}
+	}
 	switch misbehave {
 	case "short":
 		if len(p.Nodes) > 0 {

@@ -240,6 +240,13 @@ type jsonAppender interface {
 	appendJSON([]byte) ([]byte, error)
 }
 
+// pooledAnswer is a jsonAppender with buffers of its own kind: a filter
+// answer at 5000 candidates is several times a prioritize answer, and
+// sharing one pool grew the buffers again and again.
+type pooledAnswer interface {
+	buffers() *sync.Pool
+}
+
 // maxPooledAnswer keeps full-node answers (megabytes) out of the pool.
 const maxPooledAnswer = 4 << 20
 
@@ -250,18 +257,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if a, ok := v.(jsonAppender); ok {
-		bp := answerBuffers.Get().(*[]byte)
+		pool := &answerBuffers
+		if pa, ok := v.(pooledAnswer); ok {
+			pool = pa.buffers()
+		}
+		bp := pool.Get().(*[]byte)
 		b, err := a.appendJSON((*bp)[:0])
 		if err == nil {
 			w.WriteHeader(status)
 			_, _ = w.Write(b) // the client went away; nothing to do
 			if cap(b) <= maxPooledAnswer {
 				*bp = b[:0]
-				answerBuffers.Put(bp)
+				pool.Put(bp)
 			}
 			return
 		}
-		answerBuffers.Put(bp)
+		pool.Put(bp)
 		status, v = http.StatusInternalServerError, errorBody{Error: fmt.Sprintf("encode answer: %v", err)}
 	}
 	w.WriteHeader(status)
@@ -367,6 +378,9 @@ type verbCall struct {
 	uid       string
 	names     []string // the candidates, in the placement's order
 	placement *opa.Placement
+	// nameLists hold the request's node names (nodenames.go), given back
+	// when the handler returns.
+	nameLists *nameBuffers
 }
 
 // finish writes the answer, records the duration and logs. A requestError

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -90,32 +91,15 @@ func TestSoakWithPolicyChurn(t *testing.T) {
 				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", w, i), Namespace: []string{"alpha", "beta", "default"}[i%3], UID: "u", Labels: map[string]string{"prefer-zone": "a"}},
 					Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "nginx"}}, HostNetwork: i%5 == 0}}
 				body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
-				verb := []string{"/filter", "/prioritize"}[i%2]
-				resp, err := client.Post(ts.URL+verb, "application/json", bytes.NewReader(body))
-				if err != nil {
-					errc <- err
-					return
-				}
-				out, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				requests.Add(1)
-				if resp.StatusCode != 200 {
-					errc <- fmt.Errorf("%s: %d %s", verb, resp.StatusCode, out)
-					return
-				}
-				if verb == "/filter" {
-					var res extenderv1.ExtenderFilterResult
-					if err := json.Unmarshal(out, &res); err != nil || res.Error != "" {
-						errc <- fmt.Errorf("filter: %v %s", err, res.Error)
+				// As the scheduler asks: filter, then prioritize for the same
+				// pod (which takes filter's answer while nothing changed, and
+				// releases it under the churn).
+				for _, verb := range []string{"/filter", "/prioritize"} {
+					if err := soakCall(client, ts.URL+verb, body, len(names), &denials); err != nil {
+						errc <- err
 						return
 					}
-					for node, msg := range res.FailedAndUnresolvableNodes {
-						denials.Add(1)
-						if !strings.HasPrefix(msg, "[") || strings.Contains(msg, "eval_") || strings.Contains(msg, "error") {
-							errc <- fmt.Errorf("node %s denied for a reason no policy gives: %q", node, msg)
-							return
-						}
-					}
+					requests.Add(1)
 				}
 			}
 		}(w)
@@ -154,7 +138,11 @@ func TestSoakWithPolicyChurn(t *testing.T) {
 	if st.Generation < 3 {
 		t.Errorf("policy generation %d: the churn did not reach the engine", st.Generation)
 	}
-	t.Logf("%d requests, %d denials, %d policy generations in %v; heap samples (bytes) %v", requests.Load(), denials.Load(), st.Generation, *soakDuration, heap)
+	reused := engine.Stats().AnswersReused
+	t.Logf("%d requests, %d denials, %d policy generations, %d answers reused in %v; heap samples (bytes) %v", requests.Load(), denials.Load(), st.Generation, reused, *soakDuration, heap)
+	if reused == 0 {
+		t.Error("no prioritize call took filter's answer: the soak did not exercise reuse and release")
+	}
 	if len(heap) >= 3 && heap[len(heap)-1] > 3*heap[1]+64<<20 {
 		t.Errorf("heap grew from %d to %d bytes", heap[1], heap[len(heap)-1])
 	}
@@ -215,4 +203,41 @@ func mustRead(t testing.TB, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// soakCall sends one verb and checks its answer: 200, filter's denials
+// with a policy's reason, prioritize's scores one per node within 0..10.
+func soakCall(client *http.Client, url string, body []byte, nodes int, denials *atomic.Int64) error {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %d %s", url, resp.StatusCode, out)
+	}
+	if strings.HasSuffix(url, "/prioritize") {
+		var list extenderv1.HostPriorityList
+		if err := json.Unmarshal(out, &list); err != nil || len(list) != nodes {
+			return fmt.Errorf("prioritize: %v, %d hosts for %d nodes: %s", err, len(list), nodes, out)
+		}
+		for _, h := range list {
+			if h.Score < extenderv1.MinExtenderPriority || h.Score > extenderv1.MaxExtenderPriority {
+				return fmt.Errorf("prioritize: host %s scored %d", h.Host, h.Score)
+			}
+		}
+		return nil
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(out, &res); err != nil || res.Error != "" {
+		return fmt.Errorf("filter: %v %s", err, res.Error)
+	}
+	for node, msg := range res.FailedAndUnresolvableNodes {
+		denials.Add(1)
+		if !strings.HasPrefix(msg, "[") || strings.Contains(msg, "eval_") || strings.Contains(msg, "error") {
+			return fmt.Errorf("node %s denied for a reason no policy gives: %q", node, msg)
+		}
+	}
+	return nil
 }

@@ -17,6 +17,9 @@ type extenderArgsWire struct {
 	Pod       json.RawMessage
 	Nodes     *v1.NodeList
 	NodeNames *[]string
+	// names holds NodeNames when the scanner read them (interned, with
+	// their numbers: nodenames.go); nil when encoding/json did.
+	names *nameBuffers
 }
 
 // bodyBuffers recycles request bodies: a names-only request for 5000
@@ -129,7 +132,8 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 	}
 }
 
-// nodeNames reads NodeNames: null, or an array of plain strings.
+// nodeNames reads NodeNames: null, or an array of plain strings, interned
+// (nodenames.go) into recycled lists.
 func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 	if sc.literal("null") {
 		return true
@@ -137,35 +141,47 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 	if !sc.consume('[') {
 		return false
 	}
-	// Every comma of the rest, plus one: the list's length when it is the
-	// last field (the scheduler's order), a few more otherwise.
-	names := make([]string, 0, bytes.Count(sc.b[sc.i:], []byte{','})+1)
+	buf := nameBuffersPool.Get().(*nameBuffers)
+	spans := buf.spans[:0]
 	sc.space()
-	if sc.consume(']') {
-		wire.NodeNames = &names
-		return true
-	}
-	// One copy of the rest of the body, the names cut from it: 5000
-	// names are then one allocation, not 5000 (the scheduler writes
-	// NodeNames last, so the rest is the list).
-	base, rest := sc.i, string(sc.b[sc.i:])
-	for {
-		sc.space()
-		start, end, ok := sc.plainSpan()
-		if !ok {
-			return false
-		}
-		names = append(names, rest[start-base:end-base])
-		sc.space()
-		switch {
-		case sc.consume(','):
-		case sc.consume(']'):
-			wire.NodeNames = &names
-			return true
-		default:
+	if !sc.consume(']') {
+		for {
+			sc.space()
+			start, end, ok := sc.plainSpan()
+			if !ok {
+				buf.spans = spans
+				nameBuffersPool.Put(buf)
+				return false
+			}
+			spans = append(spans, nameSpan{start, end})
+			sc.space()
+			if sc.consume(',') {
+				continue
+			}
+			if sc.consume(']') {
+				break
+			}
+			buf.spans = spans
+			nameBuffersPool.Put(buf)
 			return false
 		}
 	}
+	buf.spans = spans
+	buf.names = resize(buf.names, len(spans)) // never nil: an empty list is []
+	buf.ids = resize(buf.ids, len(spans))
+	internedNames.intern(sc.b, spans, buf.names, buf.ids)
+	wire.NodeNames, wire.names = &buf.names, buf
+	return true
+}
+
+// resize gives xs n elements, zeroed, in its own array when it has room.
+func resize[T any](xs []T, n int) []T {
+	if cap(xs) < n || xs == nil {
+		return make([]T, n)
+	}
+	xs = xs[:n]
+	clear(xs)
+	return xs
 }
 
 // scanner checks JSON as encoding/json's grammar has it. Its maxDepth is

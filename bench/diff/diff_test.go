@@ -550,7 +550,7 @@ func evaluate(ctx context.Context, e *opa.Engine, req opa.PlacementRequest) (map
 		if v.Unknown {
 			return nil, fmt.Errorf("node %s unknown to the engine", v.Name)
 		}
-		out[v.Name] = nodeVerdict{Name: v.Name, Violations: pl.Violations(i), Explain: v.Explain}
+		out[v.Name] = nodeVerdict{Name: v.Name, Violations: pl.Violations(i), Explain: pl.Trace(i)}
 	}
 	return out, nil
 }

@@ -46,8 +46,8 @@ func BenchmarkOneOffPod(b *testing.B) {
 			b.Fatal(err)
 		}
 		seen := map[string]bool{}
-		for _, nv := range p.Nodes {
-			for _, tr := range nv.Explain {
+		for n := range p.Nodes {
+			for _, tr := range p.Trace(n) {
 				k := tr.Constraint.Kind
 				if tr.Memoised || tr.NotEvaluated != "" || (seen[k] && tr.PerPod) {
 					continue

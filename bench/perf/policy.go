@@ -251,3 +251,24 @@ func CountConstraints(ps []Policy) int {
 	}
 	return n
 }
+
+// CountDenyConstraints is the number of constraints in ps that deny here:
+// ActionAnnotation's action when it is set, else spec.enforcementAction,
+// deny when absent (Gatekeeper's default). It is what DenyConstraints
+// finds in force, without an engine, for constraints that use neither
+// scoped actions nor enforcement points.
+func CountDenyConstraints(ps []Policy) int {
+	n := 0
+	for _, p := range ps {
+		for _, c := range p.Constraints {
+			a, found := c.GetAnnotations()[ActionAnnotation]
+			if !found {
+				a, _, _ = unstructured.NestedString(c.Object, "spec", "enforcementAction")
+			}
+			if a == "" || a == "deny" {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -135,7 +135,7 @@ func TestRealistic(t *testing.T) {
 		names := NodeNames(realisticNodes)
 		for _, pod := range pods {
 			p := evaluate(t, e, pod, realisticNodes)
-			matched := p.Nodes[0].Explain
+			matched := p.Trace(0)
 			for i := range p.Nodes {
 				violated := map[string]bool{}
 				for _, x := range p.Violations(i) {

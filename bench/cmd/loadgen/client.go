@@ -43,9 +43,11 @@ type client struct {
 	// streams counts the pod streams started, so that every scenario's
 	// pods (and its one-off images) are new to the service.
 	streams int
-	// stats reads the engine's counters (Rego evaluations, memo hits and
-	// misses), if set.
-	stats func() opa.Stats
+	// counters reads the server's counters before and after a measured
+	// phase (processCounters in process, serviceCounters for -service).
+	counters func() (counters, error)
+	// memory reads the server's memory, for the report's checkpoints.
+	memory func() (Memory, error)
 	// nodeSize is the Node objects full-node scenarios send.
 	nodeSize perf.NodeSize
 }
@@ -277,20 +279,17 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
-	runtime.GC()
-	var before, after runtime.MemStats
-	var stats0, stats1 opa.Stats
-	runtime.ReadMemStats(&before)
-	if c.stats != nil {
-		stats0 = c.stats()
+	before, err := c.counters()
+	if err != nil {
+		return Scenario{}, err
 	}
 	start := time.Now()
 	results := c.phase(ctx, s, b, streams, f.duration, true)
 	elapsed := time.Since(start)
-	if c.stats != nil {
-		stats1 = c.stats()
+	after, err := c.counters()
+	if err != nil {
+		return Scenario{}, err
 	}
-	runtime.ReadMemStats(&after)
 	sum1, count1, err := c.serverTotalsOf(ctx, s.verb)
 	if err != nil {
 		return Scenario{}, err
@@ -300,20 +299,59 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		return Scenario{}, err
 	}
 	n := float64(res.Requests)
-	res.AllocsPerRequest = float64(after.Mallocs-before.Mallocs) / n
-	res.BytesPerRequest = float64(after.TotalAlloc-before.TotalAlloc) / n
-	res.GCs = after.NumGC - before.NumGC
-	if c.stats != nil {
-		per := func(a, b uint64) float64 { return math.Round(float64(b-a)/n*10) / 10 }
-		res.EvaluationsPerRequest = per(stats0.Evaluations, stats1.Evaluations)
-		res.MemoHitsPerRequest = per(stats0.MemoHits, stats1.MemoHits)
-		res.MemoMissesPerRequest = per(stats0.MemoMisses, stats1.MemoMisses)
-		res.EvalErrorsPerRequest = per(stats0.EvalErrors, stats1.EvalErrors)
-	}
+	res.AllocsPerRequest = float64(after.mallocs-before.mallocs) / n
+	res.BytesPerRequest = float64(after.allocBytes-before.allocBytes) / n
+	res.GCs = uint32(after.gcs - before.gcs)
+	per := func(a, b uint64) float64 { return math.Round(float64(b-a)/n*10) / 10 }
+	res.EvaluationsPerRequest = per(before.stats.Evaluations, after.stats.Evaluations)
+	res.MemoHitsPerRequest = per(before.stats.MemoHits, after.stats.MemoHits)
+	res.MemoMissesPerRequest = per(before.stats.MemoMisses, after.stats.MemoMisses)
+	res.EvalErrorsPerRequest = per(before.stats.EvalErrors, after.stats.EvalErrors)
 	if count1 > count0 {
 		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3
 	}
 	return res, nil
+}
+
+// counters are what a scenario reads of the server before and after its
+// measured phase: the engine's counts and the Go runtime's.
+type counters struct {
+	stats      opa.Stats // Evaluations, MemoHits, MemoMisses, EvalErrors
+	mallocs    uint64
+	allocBytes uint64
+	gcs        uint64
+}
+
+// processCounters reads the in-process engine's and this process's
+// counters, after a collection (the phase starts with a clean heap).
+func processCounters(e *opa.Engine) func() (counters, error) {
+	return func() (counters, error) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return counters{stats: e.Stats(), mallocs: ms.Mallocs, allocBytes: ms.TotalAlloc, gcs: uint64(ms.NumGC)}, nil
+	}
+}
+
+// serviceCounters reads a service process's counters from its /metrics,
+// after a collection forced through /debug/pprof/heap?gc=1.
+func serviceCounters(svc *perf.Service) func() (counters, error) {
+	return func() (counters, error) {
+		if code, err := perf.GetStatus(svc.Base + "/debug/pprof/heap?gc=1"); err != nil || code != http.StatusOK {
+			return counters{}, fmt.Errorf("force a GC in the service: HTTP %d, %v", code, err)
+		}
+		m, err := perf.Scrape(svc.Base + "/metrics")
+		if err != nil {
+			return counters{}, err
+		}
+		u := func(name string) uint64 { return uint64(m[name]) }
+		const ns = "opa_scheduler_extender_"
+		return counters{
+			stats: opa.Stats{Evaluations: u(ns + "evaluations_total"), MemoHits: u(ns + "memo_hits_total"),
+				MemoMisses: u(ns + "memo_misses_total"), EvalErrors: u(ns + "evaluation_errors_total")},
+			mallocs: u("go_memstats_mallocs_total"), allocBytes: u("go_memstats_alloc_bytes_total"), gcs: u("go_gc_duration_seconds_count"),
+		}, nil
+	}
 }
 
 // probe checks the envelope and the answers once with the upstream types.

@@ -57,6 +57,9 @@ type flags struct {
 	footprintSets []string
 	cpuProfile    string
 	memProfile    string
+	// service is the opa-scheduler-extender binary to measure as its own
+	// process (empty: the engine and server in this process).
+	service string
 }
 
 func parseFlags() (*flags, error) {
@@ -89,6 +92,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
+	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -147,6 +151,9 @@ func parseFlags() (*flags, error) {
 	}
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
 		return nil, errors.New("no scenario: -nodes and -full-nodes are both empty")
+	}
+	if f.service != "" && (f.peer || f.footprint || f.cpuProfile != "" || f.memProfile != "") {
+		return nil, errors.New("-service measures the service's latency only: pass -peer=false -footprint=false, and profile the service through its /debug/pprof")
 	}
 	return f, nil
 }
@@ -208,6 +215,9 @@ func run() error {
 	rep := &Report{Machine: machine(), Config: f.config()}
 	nInv := f.maxNodes()
 	logf("loading policy set %q and %d %s nodes", f.policySet, nInv, f.nodeSize)
+	if f.service != "" {
+		return runService(ctx, f, dirs, nInv, rep)
+	}
 	env, err := load(ctx, f, dirs, nInv)
 	if err != nil {
 		return err
@@ -226,7 +236,8 @@ func run() error {
 		}
 	}()
 	c := newClient(base, f.concurrency)
-	c.stats = env.engine.Stats
+	c.counters = processCounters(env.engine)
+	c.memory = memory
 	c.nodeSize = f.nodeSize
 
 	if err := runScenarios(ctx, f, c, rep); err != nil {
@@ -264,8 +275,12 @@ func run() error {
 		}
 		rep.Footprints = fps
 	}
-	rep.Targets = targets(rep)
+	return finish(f, rep)
+}
 
+// finish writes the report: as JSON to -json, as Markdown to stdout.
+func finish(f *flags, rep *Report) error {
+	rep.Targets = targets(rep)
 	if f.jsonPath != "" {
 		if err := writeJSON(f.jsonPath, rep); err != nil {
 			return err
@@ -274,6 +289,52 @@ func run() error {
 	}
 	printMarkdown(os.Stdout, rep)
 	return nil
+}
+
+// runService measures -service: the binary run on a policy folder written
+// for it, driven over HTTP from this process.
+func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Report) error {
+	start := time.Now()
+	ps, err := perf.LoadSet(dirs, f.policySet)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "loadgen-service-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := perf.WritePolicyDir(dir, ps, f.nodeSize, n); err != nil {
+		return fmt.Errorf("write policy folder: %w", err)
+	}
+	svc, err := perf.StartService(f.service, dir)
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+	if err := svc.WaitLoaded(n, 5*time.Minute); err != nil {
+		return err
+	}
+	m, err := svc.Memory()
+	if err != nil {
+		return err
+	}
+	rep.Load = Load{PolicySet: f.policySet, Templates: len(ps), Constraints: perf.CountConstraints(ps),
+		DenyConstraints: perf.CountDenyConstraints(ps), Nodes: n, NodeSize: string(f.nodeSize), Namespaces: len(perf.ClusterNamespaces),
+		NodeJSONBytes: meanNodeJSON(f.nodeSize, n), Seconds: time.Since(start).Seconds(), Memory: m, Service: f.service}
+	logf("service %s loaded %d templates, %d constraints, %d nodes in %.1fs (folder written and read); RSS %.1f MiB",
+		f.service, rep.Load.Templates, rep.Load.Constraints, n, rep.Load.Seconds, m.RSSMiB)
+	c := newClient(svc.Base, f.concurrency)
+	c.counters = serviceCounters(svc)
+	c.memory = svc.Memory
+	c.nodeSize = f.nodeSize
+	if err := runScenarios(ctx, f, c, rep); err != nil {
+		return err
+	}
+	if m, err := svc.Memory(); err == nil {
+		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
+	}
+	return finish(f, rep)
 }
 
 // runScenarios times every scenario (names-only first, then full Node
@@ -305,7 +366,7 @@ func runScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
 		if i > 0 && s.full && !scenarios[i-1].full {
 			// The names-only scenarios are done: memory in the
 			// nodeCacheCapable steady state, before full Node lists.
-			if m, err := memory(); err == nil {
+			if m, err := c.memory(); err == nil {
 				rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "the NodeNames scenarios", Requests: requestsSoFar(rep), Memory: m})
 			}
 		}
@@ -353,13 +414,7 @@ func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 		return nil, err
 	}
 	secs := time.Since(start).Seconds()
-	nodeJSON := 0 // mean over the first nodes
-	k := min(n, 500)
-	for i := range k {
-		b, _ := json.Marshal(f.nodeSize.Node(i).Object)
-		nodeJSON += len(b)
-	}
-	nodeJSON /= max(k, 1)
+	nodeJSON := meanNodeJSON(f.nodeSize, n)
 	m, err := memory()
 	if err != nil {
 		e.Close(ctx)
@@ -370,6 +425,16 @@ func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 		DenyConstraints: len(perf.DenyConstraints(e)), Nodes: n, NodeSize: string(f.nodeSize), Namespaces: len(perf.ClusterNamespaces),
 		NodeJSONBytes: nodeJSON, Seconds: secs, Memory: m,
 	}}, nil
+}
+
+// meanNodeJSON is the mean JSON size of the first nodes (500 at most).
+func meanNodeJSON(size perf.NodeSize, n int) int {
+	total, k := 0, min(n, 500)
+	for i := range k {
+		b, _ := json.Marshal(size.Node(i).Object)
+		total += len(b)
+	}
+	return total / max(k, 1)
 }
 
 // footprints builds bench/cmd/footprint and runs it for each of

@@ -88,6 +88,8 @@ type Load struct {
 	Seconds       float64 `json:"seconds"`
 	// Memory right after loading (no request served yet).
 	Memory Memory `json:"memory"`
+	// Service is the binary measured with -service (empty: in process).
+	Service string `json:"service,omitempty"`
 }
 
 // Memory is perf.Memory.

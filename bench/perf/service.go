@@ -1,0 +1,218 @@
+package perf
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The service as it ships: the opa-scheduler-extender binary run as its
+// own process in folder mode, on a policy folder written from a policy
+// set (bench/cmd/footprint measures its memory, bench/cmd/loadgen its
+// latency with -service).
+
+// WritePolicyDir writes one file per template with its constraints, the
+// namespaces in one file and the nodes in files of 250, made one at a time.
+func WritePolicyDir(dir string, ps []Policy, size NodeSize, nodes int) error {
+	for i, p := range ps {
+		objs := append([]*unstructured.Unstructured{p.Template}, p.Constraints...)
+		if err := writeYAML(filepath.Join(dir, "policies", fmt.Sprintf("%03d.yaml", i)), objs); err != nil {
+			return err
+		}
+	}
+	if err := writeYAML(filepath.Join(dir, "inventory", "namespaces.yaml"), Namespaces()); err != nil {
+		return err
+	}
+	const perFile = 250
+	for first := 0; first < nodes; first += perFile {
+		var objs []*unstructured.Unstructured
+		for i := first; i < min(first+perFile, nodes); i++ {
+			objs = append(objs, size.Node(i))
+		}
+		if err := writeYAML(filepath.Join(dir, "inventory", fmt.Sprintf("nodes-%05d.yaml", first)), objs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeYAML writes objects as a multi-document YAML file (each document in
+// JSON, which is YAML).
+func writeYAML(path string, objs []*unstructured.Unstructured) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	for _, o := range objs {
+		j, err := json.Marshal(o.Object)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		b.WriteString("---\n")
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// Service is a running opa-scheduler-extender process.
+type Service struct {
+	// Base is its HTTP base URL.
+	Base string
+	cmd  *exec.Cmd
+}
+
+// StartService runs bin in folder mode on dir (no cluster), listening on a
+// free loopback port, with pprof enabled and warnings only in its log
+// (written to stderr).
+func StartService(bin, dir string) (*Service, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "serve", "--policy-dir", dir, "--no-cluster", "--listen", addr, "--enable-pprof", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return &Service{Base: "http://" + addr, cmd: cmd}, nil
+}
+
+// Pid is the process's.
+func (s *Service) Pid() int { return s.cmd.Process.Pid }
+
+// Stop kills the process and waits for it.
+func (s *Service) Stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// WaitLoaded waits until the service is ready and holds every node.
+func (s *Service) WaitLoaded(nodes int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var st struct {
+			Inventory map[string]int `json:"inventory"`
+		}
+		ready, err := GetStatus(s.Base + "/readyz")
+		if err == nil && ready == http.StatusOK {
+			err = GetJSON(s.Base+"/debug/policies", &st)
+		}
+		if err == nil && ready == http.StatusOK && st.Inventory["v1/Node"] == nodes {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the service did not load %d nodes within %s (readyz %d, nodes %d, %v)", nodes, timeout, ready, st.Inventory["v1/Node"], err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Scrape reads the samples of a Prometheus text exposition: unlabelled
+// ones by name, labelled ones by their whole series text
+// (`name{label="value"}`).
+func Scrape(url string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// GetStatus is the HTTP status of a GET of url, its body read and dropped.
+func GetStatus(url string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
+}
+
+// GetJSON decodes the JSON answer to a GET of url into v.
+func GetJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Memory reads the service's VmRSS as it is, forces a GC (the heap
+// profile endpoint with gc=1) and reads its heap from /metrics.
+func (s *Service) Memory() (Memory, error) {
+	base, pid := s.Base, s.Pid()
+	status, err := pidStatus(pid)
+	if err != nil {
+		return Memory{}, err
+	}
+	if code, err := GetStatus(base + "/debug/pprof/heap?gc=1"); err != nil || code != http.StatusOK {
+		return Memory{}, fmt.Errorf("force a GC through /debug/pprof/heap?gc=1: HTTP %d, %v", code, err)
+	}
+	metrics, err := Scrape(base + "/metrics")
+	if err != nil {
+		return Memory{}, err
+	}
+	mib := func(v float64) float64 { return float64(int(v/(1<<20)*10+0.5)) / 10 }
+	return Memory{RSSMiB: status["VmRSS"], PeakRSSMiB: status["VmHWM"],
+		HeapLiveMiB: mib(metrics["go_memstats_heap_alloc_bytes"]), HeapInuseMiB: mib(metrics["go_memstats_heap_inuse_bytes"]),
+		GoSysMiB: mib(metrics["go_memstats_sys_bytes"]), ReleasedRSSMiB: -1}, nil
+}
+
+// pidStatus reads the Vm* lines of /proc/PID/status, in MiB.
+func pidStatus(pid int) (map[string]float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if !ok || !strings.HasPrefix(k, "Vm") || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		kib, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
+		}
+		out[k] = float64(int(kib/1024*10+0.5)) / 10
+	}
+	return out, nil
+}
