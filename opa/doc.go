@@ -28,7 +28,8 @@
 // memo and the node classes are bounded, leak-free caches (package
 // internal/memo). A pod new to the memo has its pod-only misses evaluated
 // on several goroutines (prefetch.go); a request's per-candidate buffers
-// are reused (scratch.go); and the answer to a pod is reused for the next
+// are reused (scratch.go); the answer to a pod is reused for the next
 // verb of the same scheduling cycle while nothing it depends on changed
-// (reuse.go).
+// (reuse.go); and an answer's per-candidate memory goes to later answers
+// once every reader has released it (Placement.Release, answermem.go).
 package opa

@@ -64,6 +64,9 @@
 // into the engine's values (opa.DecodePod). The pod's metadata the engine
 // reads itself is type-checked; its other fields reach templates as the
 // scheduler sent them, as the object of an admission review does (a field
-// of the wrong type deep in the spec is no longer a 400). Preempt, bind and
-// /debug/explain decode typed arguments.
+// of the wrong type deep in the spec is no longer a 400). Node names are
+// interned and numbered as they are scanned (nodenames.go), and the lists
+// that hold them, like the engine's answer (Placement.Release), are given
+// back once the answer is written. Preempt, bind and /debug/explain decode
+// typed arguments.
 package server

@@ -82,50 +82,12 @@ func TestSoakWithPolicyChurn(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			client := ts.Client()
-			names := make([]string, 40)
-			for i := range names {
-				names[i] = fmt.Sprintf("node-%d", i)
-			}
-			for i := 0; time.Now().Before(deadline); i++ {
-				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", w, i), Namespace: []string{"alpha", "beta", "default"}[i%3], UID: "u", Labels: map[string]string{"prefer-zone": "a"}},
-					Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "nginx"}}, HostNetwork: i%5 == 0}}
-				body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
-				// As the scheduler asks: filter, then prioritize for the same
-				// pod (which takes filter's answer while nothing changed, and
-				// releases it under the churn).
-				for _, verb := range []string{"/filter", "/prioritize"} {
-					if err := soakCall(client, ts.URL+verb, body, len(names), &denials); err != nil {
-						errc <- err
-						return
-					}
-					requests.Add(1)
-				}
+			if err := soakWorker(ts, w, deadline, &requests, &denials); err != nil {
+				errc <- err
 			}
 		}(w)
 	}
-	// Churn: every 100ms a template, a constraint or the nodes change.
-	var heap []uint64
-	for i := 0; time.Now().Before(deadline); i++ {
-		switch i % 3 {
-		case 0:
-			writeNodes(t, dir, i)
-		case 1:
-			b := mustRead(t, filepath.Join(examples, "tenant-isolation", "template.yaml"))
-			write(t, filepath.Join(dir, "tenant-isolation", "template.yaml"), append(b, []byte(fmt.Sprintf("# revision %d\n", i))...))
-		case 2:
-			b := mustRead(t, filepath.Join(examples, "spot-toleration", "constraint.yaml"))
-			b = bytes.Replace(b, []byte("tolerationKey: spot"), []byte(fmt.Sprintf("tolerationKey: spot-%d", i%4)), 1)
-			write(t, filepath.Join(dir, "spot-toleration", "constraint.yaml"), b)
-		}
-		if i%50 == 0 {
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			heap = append(heap, ms.HeapAlloc)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	heap := churnPolicies(t, dir, examples, deadline)
 	wg.Wait()
 	close(errc)
 	for err := range errc {
@@ -237,6 +199,58 @@ func soakCall(client *http.Client, url string, body []byte, nodes int, denials *
 		denials.Add(1)
 		if !strings.HasPrefix(msg, "[") || strings.Contains(msg, "eval_") || strings.Contains(msg, "error") {
 			return fmt.Errorf("node %s denied for a reason no policy gives: %q", node, msg)
+		}
+	}
+	return nil
+}
+
+// churnPolicies changes the policy folder every 100ms until deadline: a
+// template, a constraint or the nodes. It returns the live heap sampled
+// every 5s.
+func churnPolicies(t *testing.T, dir, examples string, deadline time.Time) []uint64 {
+	t.Helper()
+	var heap []uint64
+	for i := 0; time.Now().Before(deadline); i++ {
+		switch i % 3 {
+		case 0:
+			writeNodes(t, dir, i)
+		case 1:
+			b := mustRead(t, filepath.Join(examples, "tenant-isolation", "template.yaml"))
+			write(t, filepath.Join(dir, "tenant-isolation", "template.yaml"), append(b, []byte(fmt.Sprintf("# revision %d\n", i))...))
+		case 2:
+			b := mustRead(t, filepath.Join(examples, "spot-toleration", "constraint.yaml"))
+			b = bytes.Replace(b, []byte("tolerationKey: spot"), []byte(fmt.Sprintf("tolerationKey: spot-%d", i%4)), 1)
+			write(t, filepath.Join(dir, "spot-toleration", "constraint.yaml"), b)
+		}
+		if i%50 == 0 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heap = append(heap, ms.HeapAlloc)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return heap
+}
+
+// soakWorker sends pods until deadline, each as the scheduler asks:
+// filter, then prioritize for the same pod (which takes filter's answer
+// while nothing changed, and releases it under the churn).
+func soakWorker(ts *httptest.Server, w int, deadline time.Time, requests, denials *atomic.Int64) error {
+	client := ts.Client()
+	names := make([]string, 40)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%d", i)
+	}
+	for i := 0; time.Now().Before(deadline); i++ {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", w, i), Namespace: []string{"alpha", "beta", "default"}[i%3], UID: "u", Labels: map[string]string{"prefer-zone": "a"}},
+			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "nginx"}}, HostNetwork: i%5 == 0}}
+		body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
+		for _, verb := range []string{"/filter", "/prioritize"} {
+			if err := soakCall(client, ts.URL+verb, body, len(names), denials); err != nil {
+				return err
+			}
+			requests.Add(1)
 		}
 	}
 	return nil
