@@ -345,3 +345,64 @@ func setPath(v ast.Value, path []*ast.Term, t *ast.Term) (ast.Value, bool) {
 	}
 	return replaceKey(v.(ast.Object), path[0], ast.NewTerm(nv)), true
 }
+
+// denyPiece is a part of a column's deny message for one of its results
+// ("[<constraint>] " and the message), joined for the whole column: the
+// literal parts and the pod's printed values, which are the same on every
+// node, as one text; then, when hole >= 0, the node's printed value there.
+// Written per denied node, a message of ten parts is two or three pieces.
+type denyPiece struct {
+	text  string
+	plain bool
+	hole  int // -1: none
+}
+
+// denyPieces joins "[<constraint>] " and t filled with the pod's values
+// pod into pieces, leaving the holes pod does not fill to each node.
+func (ph *placeholders) denyPieces(constraint string, t *text, pod bindings) []denyPiece {
+	var out []denyPiece
+	var cur strings.Builder
+	plain := true
+	add := func(s string, p bool) {
+		cur.WriteString(s)
+		plain = plain && p
+	}
+	add("[", true)
+	add(constraint, isPlain(constraint))
+	add("] ", true)
+	for k, l := range t.lits {
+		add(l, t.plain[k])
+		if k == len(t.holes) {
+			break
+		}
+		h := t.holes[k]
+		if h < 0 {
+			continue
+		}
+		if x, ok := pod.lookup(h); ok {
+			add(x.value, x.plain)
+			continue
+		}
+		out = append(out, denyPiece{text: cur.String(), plain: plain, hole: h})
+		cur.Reset()
+		plain = true
+	}
+	return append(out, denyPiece{text: cur.String(), plain: plain, hole: -1})
+}
+
+// writeDenyPieces writes pieces with node's printed values in their holes
+// (a value node lacks is written as its placeholder, as fillTo does).
+func (ph *placeholders) writeDenyPieces(w MessageWriter, pw PlainWriter, pieces []denyPiece, node bindings) {
+	for i := range pieces {
+		pc := &pieces[i]
+		writeText(w, pw, pc.text, pc.plain)
+		if pc.hole < 0 {
+			continue
+		}
+		if x, ok := node.lookup(pc.hole); ok {
+			writeText(w, pw, x.value, x.plain)
+		} else {
+			_, _ = w.WriteString(ph.text(pc.hole))
+		}
+	}
+}

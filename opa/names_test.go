@@ -46,7 +46,12 @@ metadata: {name: print-pool}
 
 func printingEngine(t testing.TB, opts opa.Options, nodeNames []string) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(printingPolicies))
+	return printingEngineOf(t, opts, nodeNames, printingPolicies)
+}
+
+func printingEngineOf(t testing.TB, opts opa.Options, nodeNames []string, policies string) *opa.Engine {
+	t.Helper()
+	objs, err := source.ReadObjects(strings.NewReader(policies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,19 +297,70 @@ func (w *plainRecorder) WritePlain(s string) {
 	w.WriteString(s)
 }
 
+// deniedBy joins node i's deny violations as DenyMessage is documented to:
+// "[<constraint name>] <msg>", with "; ".
+func deniedBy(p *opa.Placement, i int) string {
+	var parts []string
+	for _, v := range p.Violations(i) {
+		if v.Action == opa.Deny {
+			parts = append(parts, "["+v.Constraint.Name+"] "+v.Message)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 // TestWriteDenyMessagePlainParts: a PlainWriter is given as plain only
 // text that is (printable ASCII, no quote or backslash), the odd names
-// included, and what it is given in all is DenyMessage's text.
+// included, and what it is given in all is DenyMessage's text, which is
+// the node's deny violations joined, and what an engine without the memo
+// (no placeholders, no joined pieces) writes.
 func TestWriteDenyMessagePlainParts(t *testing.T) {
 	nodeNames := []string{"n-1", `n"q`, `n\b`, "nü-日本", "n-\t", "n-4", "n-5"}
 	var cands []opa.Candidate
 	for _, n := range nodeNames {
 		cands = append(cands, opa.Candidate{Name: n})
 	}
-	e := printingEngine(t, opa.Options{}, nodeNames)
+	for _, policies := range []string{printingPolicies, onePrintedViolation} {
+		e := printingEngineOf(t, opa.Options{}, nodeNames, policies)
+		ref := printingEngineOf(t, opa.Options{DisableMemo: true}, nodeNames, policies)
+		checkDenyMessages(t, e, ref, nodeNames, cands)
+	}
+}
+
+// onePrintedViolation is one violation per node, printing the pod and the
+// node around constant text: the deny message is written from pieces
+// joined for the column (denyPieces).
+const onePrintedViolation = `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sprintone}
+spec:
+  crd: {spec: {names: {kind: K8sPrintOne}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sprintone
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          pod := input.review.object
+          msg := sprintf("pod %v/%v \"may\" not use node %v (pool %v)", [pod.metadata.namespace, pod.metadata.name, node.metadata.name, node.metadata.labels.pool])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sPrintOne
+metadata: {name: print-one}
+`
+
+func checkDenyMessages(t *testing.T, e, ref *opa.Engine, nodeNames []string, cands []opa.Candidate) {
+	t.Helper()
 	for _, podName := range []string{"web-1", `we"b`, "ü"} {
 		p := pod("default", podName)
 		res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,6 +374,12 @@ func TestWriteDenyMessagePlainParts(t *testing.T) {
 			res.WriteDenyMessage(w, i)
 			if got, want := w.String(), res.DenyMessage(i); got != want {
 				t.Errorf("pod %q node %q: wrote %q, DenyMessage is %q", podName, nodeNames[i], got, want)
+			}
+			if got, want := res.DenyMessage(i), deniedBy(res, i); got != want {
+				t.Errorf("pod %q node %q: DenyMessage %q, the deny violations joined %q", podName, nodeNames[i], got, want)
+			}
+			if got, want := res.DenyMessage(i), want.DenyMessage(i); got != want {
+				t.Errorf("pod %q node %q: DenyMessage %q, without the memo %q", podName, nodeNames[i], got, want)
 			}
 			if w.plains == 0 {
 				t.Errorf("pod %q node %q: nothing written as plain text", podName, nodeNames[i])

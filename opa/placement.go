@@ -85,6 +85,10 @@ type column struct {
 	// node class met), cells point into them.
 	results [][]result
 	cells   []cell
+	// deny holds, for a deny column's results of one message to fill,
+	// that message joined for the column (denyPieces; nil for the
+	// others): made by settle, read by writeDenies for every denied node.
+	deny [][]denyPiece
 }
 
 // cell is a node's verdict from one constraint: which of the column's
@@ -160,8 +164,25 @@ func (c *column) violations(i int, f func(*Violation)) {
 	}
 }
 
-// settle computes what Common contributes to every node.
+// settle computes what Common contributes to every node, and the deny
+// columns' joined messages.
 func (p *Placement) settle() {
+	for c := range p.columns {
+		col := &p.columns[c]
+		col.deny = nil
+		if col.action != Deny || col.ph == nil {
+			continue
+		}
+		for k, res := range col.results {
+			if len(res) != 1 || res[0].msgText == nil {
+				continue
+			}
+			if col.deny == nil {
+				col.deny = make([][]denyPiece, len(col.results))
+			}
+			col.deny[k] = col.ph.denyPieces(col.constraint.Name, res[0].msgText, col.pod)
+		}
+	}
 	p.commonDeny, p.commonWarn = false, 0
 	var last ConstraintKey
 	for i := range p.Common {
@@ -449,11 +470,19 @@ func (c *column) writeDenies(d *denyWriter, i int) {
 		return
 	}
 	if len(res) == 1 && res[0].msgText != nil {
-		d.prefix(c.constraint.Name)
 		var node bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
 		}
+		if k := int(c.cells[i].result); k <= len(c.deny) && c.deny[k-1] != nil {
+			if d.started {
+				writeText(d.w, d.pw, "; ", true)
+			}
+			d.started = true
+			c.ph.writeDenyPieces(d.w, d.pw, c.deny[k-1], node)
+			return
+		}
+		d.prefix(c.constraint.Name)
 		c.ph.fillTo(d.w, res[0].msgText, c.pod, node, false)
 		return
 	}
