@@ -236,6 +236,9 @@ func targets(r *Report) []TargetResult {
 func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Machine: %d CPUs (%s), GOMAXPROCS %d, %s; load average at start %s.\n\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.GOMAXPROCS, r.Machine.GoVersion, r.Machine.LoadAverage)
+	if r.Load.Service != "" {
+		fmt.Fprintf(w, "Service: %s, run as its own process on a policy folder written for it (-service).\n\n", r.Load.Service)
+	}
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare)
@@ -257,9 +260,13 @@ func printMarkdown(w io.Writer, r *Report) {
 	row := func(what string, m Memory) {
 		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n", what, m.RSSMiB, m.PeakRSSMiB, m.HeapLiveMiB, m.HeapInuseMiB, m.ReleasedRSSMiB)
 	}
-	row(fmt.Sprintf("this process: %d nodes, %d templates, after loading", r.Load.Nodes, r.Load.Templates), r.Load.Memory)
+	whose := "this process" // the engine and the server run in it
+	if r.Load.Service != "" {
+		whose = "the service (" + r.Load.Service + ")"
+	}
+	row(fmt.Sprintf("%s: %d nodes, %d templates, after loading", whose, r.Load.Nodes, r.Load.Templates), r.Load.Memory)
 	for _, c := range r.Checkpoints {
-		row(fmt.Sprintf("this process: after %s (%d requests)", c.After, c.Requests), c.Memory)
+		row(fmt.Sprintf("%s: after %s (%d requests)", whose, c.After, c.Requests), c.Memory)
 	}
 	for _, fp := range r.Footprints {
 		row(fmt.Sprintf("footprint %q: %d %s nodes, %d templates, after loading", fp.PolicySet, fp.Nodes, fp.NodeSize, fp.Templates), fp.AfterLoad)
