@@ -757,8 +757,17 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 		}
 		terms = append(terms, t)
 	}
+	if len(printed.bindings) == 0 {
+		printed = nothingPrinted
+	}
 	return ast.NewArray(terms...), printed
 }
+
+// nothingPrinted stands for the printed values of every node a constraint
+// prints nothing of: the node classes remember one per node and
+// constraint, and a value of its own each was tens of thousands of
+// objects for the collector to mark at 5000 Nodes. Never written to.
+var nothingPrinted = &nodePrinted{}
 
 // evalPod evaluates a template that cannot see the node, once per pod
 // class.

@@ -182,6 +182,9 @@ func isPlain(s string) bool {
 // jsonInner is value as encoding/json writes it between the quotes (HTML
 // characters escaped, as json.Marshal does for details).
 func jsonInner(value string) string {
+	if isPlain(value) && !strings.ContainsAny(value, "<>&") {
+		return value // what encoding/json writes inside the quotes: no copy to keep
+	}
 	enc, _ := json.Marshal(value)
 	return string(enc[1 : len(enc)-1])
 }
