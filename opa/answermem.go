@@ -36,8 +36,14 @@ var (
 )
 
 // newPooledPlacement is an answer for n candidates whose node verdicts
-// come from the pool, with one reference (the caller's).
+// come from the pool, with one reference (the caller's); for none, an
+// answer whose memory is not counted.
 func newPooledPlacement(n int) *Placement {
+	if n == 0 {
+		// A pod's query without candidates (PreparePod keeps it): nothing
+		// to recycle, and no pooled array to pin.
+		return &Placement{}
+	}
 	nodes := verdictPool.Get().(*[]NodeVerdict)
 	*nodes = resize(*nodes, n)
 	return &Placement{Nodes: *nodes, mem: &answerMemory{refs: 1, nodes: nodes}}

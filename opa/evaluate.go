@@ -3,6 +3,7 @@ package opa
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -148,6 +149,10 @@ func (r *request) release() {
 		r.scratch.release()
 		r.scratch, r.slots, r.slotValues, r.slotNums, r.classAux = nil, nil, nil, nil, nil
 	}
+	if r.pb != nil {
+		r.pb.release()
+		r.pb, r.fetched, r.keyCache = nil, nil, nil
+	}
 }
 
 func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, explain bool) *request {
@@ -209,6 +214,9 @@ type podStep struct {
 // matched warn constraints: the steps for judgePod, the places of the
 // pod-only constraints to evaluate, and those of the node-reading ones.
 func (r *request) matchPod(p *Placement) (steps []podStep, podOnly, nodeReading []int) {
+	b := r.buffers()
+	steps, podOnly = b.steps[:0], b.podOnly[:0]
+	defer func() { b.steps, b.podOnly = steps, podOnly }()
 	in := r.in
 	m := &matchable{gvk: podGVK, name: in.name, namespace: in.namespace, labels: in.labels, ns: in.ns, source: "Original"}
 	for order, bc := range r.snap.constraints {
@@ -369,8 +377,11 @@ type request struct {
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
 	// fetched are the pod-only constraints' memo entries and prefetched
-	// evaluations (prefetch.go).
-	fetched map[*boundConstraint]*prefetched
+	// evaluations, by place in the policy set (prefetch.go; set marks
+	// those prefetch looked at). pb holds it, the key cache and
+	// matchPod's lists (podBuffers).
+	fetched []prefetched
+	pb      *podBuffers
 	// unrepeatable: a constraint judged calls a nondeterministic builtin,
 	// so the answer is not kept for reuse (reuse.go).
 	unrepeatable bool
@@ -392,16 +403,21 @@ func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) e
 	a := bc.analysis
 	memoOK := r.memoOK(bc)
 	r.unrepeatable = r.unrepeatable || a.Nondeterministic
-	pod := r.podView(bc, memoOK)
+	var pod *podView
+	if f := r.fetchedAt(order); f != nil {
+		pod = f.view // made by prefetch for the same constraint and memoOK
+	} else {
+		pod = r.podView(bc, memoOK)
+	}
 	if a.PerPod() {
 		start := r.now()
-		res, hit, err := r.evalPod(bc, memoOK, pod)
+		res, hit, err := r.evalPod(bc, order, memoOK, pod)
 		if err != nil {
 			return err
 		}
 		res = r.e.ph.substitute(res, pod.bind)
 		d := r.since(start)
-		if f := r.fetched[bc]; f != nil && f.evaluated && r.explain {
+		if f := r.fetchedAt(order); f != nil && f.evaluated && r.explain {
 			d += f.took
 		}
 		r.recordCommon(p, bc, order, res, hit, d)
@@ -714,7 +730,13 @@ func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term
 			return t
 		}
 	} else {
-		r.keyCache = append(r.keyCache, make([]*ast.Term, id+1-len(r.keyCache))...)
+		if r.keyCache == nil {
+			r.keyCache = r.buffers().keyCache[:0]
+		}
+		n := len(r.keyCache)
+		r.keyCache = slices.Grow(r.keyCache, id+1-n)[:id+1]
+		clear(r.keyCache[n:])
+		r.buffers().keyCache = r.keyCache
 	}
 	t := lookupInput(review, path)
 	r.keyCache[id] = t
@@ -771,9 +793,9 @@ var nothingPrinted = &nodePrinted{}
 
 // evalPod evaluates a template that cannot see the node, once per pod
 // class.
-func (r *request) evalPod(bc *boundConstraint, memoOK bool, pod *podView) ([]result, bool, error) {
+func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podView) ([]result, bool, error) {
 	var e *memoEntry
-	f := r.fetched[bc] // only for memoised constraints
+	f := r.fetchedAt(order) // only for memoised constraints
 	switch {
 	case f != nil && f.hit:
 		r.hits++

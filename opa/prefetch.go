@@ -26,12 +26,22 @@ import (
 // (hit, res), or, for a miss, its evaluation (evaluated, res, err), so that
 // evalPod neither computes the key nor looks it up again.
 type prefetched struct {
+	set       bool // prefetch looked this constraint up
+	view      *podView
 	entry     *memoEntry
 	hit       bool
 	evaluated bool
 	res       []result
 	err       error
 	took      time.Duration
+}
+
+// fetchedAt is what prefetch found for the constraint at order, or nil.
+func (r *request) fetchedAt(order int) *prefetched {
+	if order < len(r.fetched) && r.fetched[order].set {
+		return &r.fetched[order]
+	}
+	return nil
 }
 
 // parallelism is the number of goroutines a request evaluates misses on.
@@ -63,11 +73,13 @@ func (r *request) prefetch(orders []int) {
 		}
 		view := r.podView(bc, true)
 		e := r.entry(bc, r.podKey(bc, r.podReview, view))
-		f := &prefetched{entry: e}
 		if r.fetched == nil {
-			r.fetched = map[*boundConstraint]*prefetched{}
+			b := r.buffers()
+			b.fetched = resize(b.fetched, len(r.snap.constraints))
+			r.fetched = b.fetched
 		}
-		r.fetched[bc] = f
+		f := &r.fetched[order]
+		*f = prefetched{set: true, view: view, entry: e}
 		if f.res, f.hit = e.Get(0); !f.hit {
 			jobs = append(jobs, job{bc: bc, review: r.reviewOf(view), out: f})
 		}

@@ -104,7 +104,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath))}
 	defer r.addStats()
 	var out []Violation
-	for _, bc := range snap.constraints {
+	for order, bc := range snap.constraints {
 		matched, matchErr := matchAny(bc.c.match, targets)
 		var res []result
 		switch {
@@ -117,7 +117,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 			// says nothing about it, so only node-blind templates use it.
 			memoOK := r.memoOK(bc) && bc.analysis.PerPod()
 			pod := r.podView(bc, memoOK)
-			res, _, err = r.evalPod(bc, memoOK, pod)
+			res, _, err = r.evalPod(bc, order, memoOK, pod)
 			res = r.e.ph.substitute(res, pod.bind)
 			if err != nil {
 				return nil, err
