@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -244,11 +245,45 @@ var plainJSON = func() (t [256]bool) {
 	return t
 }()
 
-// answerBuffers recycles answer buffers: a 5000-node filter answer is
-// half a megabyte.
-var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+// answerPool recycles answer buffers: a 5000-node filter answer is about
+// 700 KB. A buffer the pool does not give back (sync.Pool keeps each P's
+// last buffer to that P, and a collection empties it by halves) is made
+// at the size of the last answer of its kind, not grown to it by
+// doubling from a small one: that growth was 2 MB of garbage after every
+// collection.
+type answerPool struct {
+	pool sync.Pool
+	// large is the length of the larger answers written lately: the
+	// largest, decaying by a sixteenth with each smaller one (answers of
+	// one kind vary with how many nodes are denied).
+	large atomic.Int64
+}
 
-// filterAnswerBuffers are filter's (pooledAnswer).
-var filterAnswerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+func (p *answerPool) get() *[]byte {
+	want := p.large.Load()
+	if bp, ok := p.pool.Get().(*[]byte); ok && int64(cap(*bp)) >= want {
+		return bp
+	}
+	b := make([]byte, 0, max(64<<10, want+want/8))
+	return &b
+}
 
-func (a *filterAnswer) buffers() *sync.Pool { return &filterAnswerBuffers }
+func (p *answerPool) put(bp *[]byte, used int) {
+	for {
+		old := p.large.Load()
+		next := max(int64(used), old-old/16)
+		if next == old || p.large.CompareAndSwap(old, next) {
+			break
+		}
+	}
+	if cap(*bp) <= maxPooledAnswer { // full-node answers (megabytes) are not kept
+		*bp = (*bp)[:0]
+		p.pool.Put(bp)
+	}
+}
+
+// answerBuffers are the answers' buffers; filterAnswerBuffers filter's
+// (pooledAnswer).
+var answerBuffers, filterAnswerBuffers answerPool
+
+func (a *filterAnswer) buffers() *answerPool { return &filterAnswerBuffers }

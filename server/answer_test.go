@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -161,5 +162,28 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil || s != p.DenyMessage(0) {
 		t.Errorf("WriteDenyMessage wrote %s (%v), DenyMessage is %q", b, err, p.DenyMessage(0))
+	}
+}
+
+// TestAnswerPoolSizesFromLargeAnswers: a buffer the pool cannot give back
+// is made at the size of the larger answers written lately (not grown to
+// it from a small one), which decays as smaller answers follow.
+func TestAnswerPoolSizesFromLargeAnswers(t *testing.T) {
+	var p answerPool
+	if b := p.get(); cap(*b) < 64<<10 {
+		t.Fatalf("first buffer has %d bytes, want at least 64 KiB", cap(*b))
+	}
+	big := make([]byte, 900<<10)
+	p.put(&big, len(big))
+	p.pool = sync.Pool{} // as after collections: the pool holds nothing
+	if b := p.get(); cap(*b) < len(big) {
+		t.Errorf("after a %d-byte answer, a new buffer has %d bytes", len(big), cap(*b))
+	}
+	for i := 0; i < 200; i++ {
+		small := make([]byte, 10<<10)
+		p.put(&small, len(small))
+	}
+	if l := p.large.Load(); l != 10<<10 {
+		t.Errorf("after 200 answers of 10 KiB the pool sizes buffers for %d bytes, want %d", l, 10<<10)
 	}
 }

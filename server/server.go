@@ -244,7 +244,7 @@ type jsonAppender interface {
 // answer at 5000 candidates is several times a prioritize answer, and
 // sharing one pool grew the buffers again and again.
 type pooledAnswer interface {
-	buffers() *sync.Pool
+	buffers() *answerPool
 }
 
 // maxPooledAnswer keeps full-node answers (megabytes) out of the pool.
@@ -261,18 +261,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		if pa, ok := v.(pooledAnswer); ok {
 			pool = pa.buffers()
 		}
-		bp := pool.Get().(*[]byte)
+		bp := pool.get()
 		b, err := a.appendJSON((*bp)[:0])
 		if err == nil {
 			w.WriteHeader(status)
 			_, _ = w.Write(b) // the client went away; nothing to do
-			if cap(b) <= maxPooledAnswer {
-				*bp = b[:0]
-				pool.Put(bp)
-			}
+			*bp = b
+			pool.put(bp, len(b))
 			return
 		}
-		pool.Put(bp)
+		pool.put(bp, 0)
 		status, v = http.StatusInternalServerError, errorBody{Error: fmt.Sprintf("encode answer: %v", err)}
 	}
 	w.WriteHeader(status)
