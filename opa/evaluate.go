@@ -747,6 +747,21 @@ func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term
 // put into its results: computed once per Node value, with its class.
 type nodePrinted struct {
 	bindings bindings
+	// inline holds the first bindings: a constraint prints one or two
+	// values of a node, and the node classes keep one nodePrinted per node
+	// and constraint, so one object each rather than two for the collector.
+	inline [2]binding
+}
+
+// withValue is pr with x printed too; a nil pr is made on the first
+// value (most constraints print none of a node).
+func (pr *nodePrinted) withValue(x binding) *nodePrinted {
+	if pr == nil {
+		pr = &nodePrinted{}
+		pr.bindings = pr.inline[:0]
+	}
+	pr.bindings = append(pr.bindings, x)
+	return pr
 }
 
 // project is a node's part of a memo key: the values at the node paths
@@ -754,7 +769,7 @@ type nodePrinted struct {
 // printed values a marker where a placeholder can stand, else the value.
 // It also gives the printed values themselves.
 func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *nodePrinted) {
-	printed := &nodePrinted{}
+	var printed *nodePrinted
 	a := bc.analysis
 	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.nodeMsgs)+1)
 	for _, path := range a.NodePaths {
@@ -767,7 +782,7 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 		t := lookup(node, m.path)
 		if v, ok := substitutableAt(node, m.path, m.quote); ok {
 			t = placeholderKey
-			printed.bindings = append(printed.bindings, newBinding(m.index, v))
+			printed = printed.withValue(newBinding(m.index, v))
 		}
 		terms = append(terms, t)
 	}
@@ -775,11 +790,11 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 		t := ast.StringTerm(name)
 		if _, ok := substitutable(t, m.quote); ok {
 			t = placeholderKey
-			printed.bindings = append(printed.bindings, newBinding(m.index, name))
+			printed = printed.withValue(newBinding(m.index, name))
 		}
 		terms = append(terms, t)
 	}
-	if len(printed.bindings) == 0 {
+	if printed == nil {
 		printed = nothingPrinted
 	}
 	return ast.NewArray(terms...), printed
