@@ -151,7 +151,7 @@ func (r *request) release() {
 	}
 	if r.pb != nil {
 		r.pb.release()
-		r.pb, r.fetched, r.keyCache = nil, nil, nil
+		r.pb = nil
 	}
 }
 
@@ -373,15 +373,9 @@ type request struct {
 	slotValues []ast.Value
 	slotNums   []int32 // the slots' numbers in the engine's Names
 	numGen     uint64
-	// keyCache holds the pod review's values at key paths, by their
-	// number in Engine.keyPaths.
-	keyCache []*ast.Term
-	// fetched are the pod-only constraints' memo entries and prefetched
-	// evaluations, by place in the policy set (prefetch.go; set marks
-	// those prefetch looked at). pb holds it, the key cache and
-	// matchPod's lists (podBuffers).
-	fetched []prefetched
-	pb      *podBuffers
+	// pb holds the request's per-constraint lists (podBuffers): the key
+	// cache, the prefetched verdicts, matchPod's lists.
+	pb *podBuffers
 	// unrepeatable: a constraint judged calls a nondeterministic builtin,
 	// so the answer is not kept for reuse (reuse.go).
 	unrepeatable bool
@@ -725,21 +719,18 @@ func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term
 	if review != r.podReview {
 		return lookupInput(review, path)
 	}
-	if id < len(r.keyCache) {
-		if t := r.keyCache[id]; t != nil {
+	b := r.buffers()
+	if id < len(b.keyCache) {
+		if t := b.keyCache[id]; t != nil {
 			return t
 		}
 	} else {
-		if r.keyCache == nil {
-			r.keyCache = r.buffers().keyCache[:0]
-		}
-		n := len(r.keyCache)
-		r.keyCache = slices.Grow(r.keyCache, id+1-n)[:id+1]
-		clear(r.keyCache[n:])
-		r.buffers().keyCache = r.keyCache
+		n := len(b.keyCache)
+		b.keyCache = slices.Grow(b.keyCache, id+1-n)[:id+1]
+		clear(b.keyCache[n:])
 	}
 	t := lookupInput(review, path)
-	r.keyCache[id] = t
+	b.keyCache[id] = t
 	return t
 }
 

@@ -362,7 +362,7 @@ type denyPiece struct {
 
 // denyPieces joins "[<constraint>] " and t filled with the pod's values
 // pod into pieces, leaving the holes pod does not fill to each node.
-func (ph *placeholders) denyPieces(constraint string, t *text, pod bindings) []denyPiece {
+func denyPieces(constraint string, t *text, pod bindings) []denyPiece {
 	var out []denyPiece
 	var cur strings.Builder
 	plain := true

@@ -180,7 +180,7 @@ func (p *Placement) settle() {
 			if col.deny == nil {
 				col.deny = make([][]denyPiece, len(col.results))
 			}
-			col.deny[k] = col.ph.denyPieces(col.constraint.Name, res[0].msgText, col.pod)
+			col.deny[k] = denyPieces(col.constraint.Name, res[0].msgText, col.pod)
 		}
 	}
 	p.commonDeny, p.commonWarn = false, 0

@@ -38,8 +38,8 @@ type prefetched struct {
 
 // fetchedAt is what prefetch found for the constraint at order, or nil.
 func (r *request) fetchedAt(order int) *prefetched {
-	if order < len(r.fetched) && r.fetched[order].set {
-		return &r.fetched[order]
+	if r.pb != nil && order < len(r.pb.fetched) && r.pb.fetched[order].set {
+		return &r.pb.fetched[order]
 	}
 	return nil
 }
@@ -73,12 +73,11 @@ func (r *request) prefetch(orders []int) {
 		}
 		view := r.podView(bc, true)
 		e := r.entry(bc, r.podKey(bc, r.podReview, view))
-		if r.fetched == nil {
-			b := r.buffers()
+		b := r.buffers()
+		if len(b.fetched) == 0 { // this request's first: one slot per constraint
 			b.fetched = resize(b.fetched, len(r.snap.constraints))
-			r.fetched = b.fetched
 		}
-		f := &r.fetched[order]
+		f := &b.fetched[order]
 		*f = prefetched{set: true, view: view, entry: e}
 		if f.res, f.hit = e.Get(0); !f.hit {
 			jobs = append(jobs, job{bc: bc, review: r.reviewOf(view), out: f})

@@ -58,9 +58,14 @@ func (s *scratch) release() {
 // key paths. About 15 KB per request with the whole library, which every
 // new pod (each replica has its own name) made anew.
 type podBuffers struct {
-	steps    []podStep
-	podOnly  []int
-	fetched  []prefetched
+	steps   []podStep
+	podOnly []int
+	// fetched are the pod-only constraints' memo entries and prefetched
+	// evaluations, by place in the policy set (prefetch.go; set marks
+	// those prefetch looked at).
+	fetched []prefetched
+	// keyCache holds the pod review's values at key paths, by their
+	// number in Engine.keyPaths.
 	keyCache []*ast.Term
 }
 

@@ -248,9 +248,9 @@ var plainJSON = func() (t [256]bool) {
 // answerPool recycles answer buffers: a 5000-node filter answer is about
 // 700 KB. A buffer the pool does not give back (sync.Pool keeps each P's
 // last buffer to that P, and a collection empties it by halves) is made
-// at the size of the last answer of its kind, not grown to it by
-// doubling from a small one: that growth was 2 MB of garbage after every
-// collection.
+// at the size of the larger answers of its kind written lately, not grown
+// to it by doubling from a small one: that growth was 2 MB of garbage
+// after every collection.
 type answerPool struct {
 	pool sync.Pool
 	// large is the length of the larger answers written lately: the

@@ -142,31 +142,12 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 		return false
 	}
 	buf := nameBuffersPool.Get().(*nameBuffers)
-	spans := buf.spans[:0]
-	sc.space()
-	if !sc.consume(']') {
-		for {
-			sc.space()
-			start, end, ok := sc.plainSpan()
-			if !ok {
-				buf.spans = spans
-				nameBuffersPool.Put(buf)
-				return false
-			}
-			spans = append(spans, nameSpan{start, end})
-			sc.space()
-			if sc.consume(',') {
-				continue
-			}
-			if sc.consume(']') {
-				break
-			}
-			buf.spans = spans
-			nameBuffersPool.Put(buf)
-			return false
-		}
-	}
+	spans, ok := sc.nameSpans(buf.spans[:0])
 	buf.spans = spans
+	if !ok {
+		nameBuffersPool.Put(buf)
+		return false
+	}
 	buf.names = resize(buf.names, len(spans)) // never nil: an empty list is []
 	buf.ids = resize(buf.ids, len(spans))
 	internedNames.intern(sc.b, spans, buf.names, buf.ids)
@@ -174,7 +155,35 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 	return true
 }
 
-// resize gives xs n elements, zeroed, in its own array when it has room.
+// nameSpans appends to spans where each name of the array is, up to and
+// including its closing bracket; false when an element is not a plain
+// string or the array is malformed.
+func (sc *scanner) nameSpans(spans []nameSpan) ([]nameSpan, bool) {
+	sc.space()
+	if sc.consume(']') {
+		return spans, true
+	}
+	for {
+		sc.space()
+		start, end, ok := sc.plainSpan()
+		if !ok {
+			return spans, false
+		}
+		spans = append(spans, nameSpan{start, end})
+		sc.space()
+		switch {
+		case sc.consume(','):
+		case sc.consume(']'):
+			return spans, true
+		default:
+			return spans, false
+		}
+	}
+}
+
+// resize gives xs n elements, zeroed, in its own array when it has room
+// (opa's has its twin; this one never gives nil, which a list answered as
+// [] must not be).
 func resize[T any](xs []T, n int) []T {
 	if cap(xs) < n || xs == nil {
 		return make([]T, n)

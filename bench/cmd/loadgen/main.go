@@ -235,16 +235,9 @@ func run() error {
 			logf("server: %v", err)
 		}
 	}()
-	c := newClient(base, f.concurrency)
-	c.counters = processCounters(env.engine)
-	c.memory = memory
-	c.nodeSize = f.nodeSize
-
-	if err := runScenarios(ctx, f, c, rep); err != nil {
+	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory)
+	if err != nil {
 		return err
-	}
-	if m, err := memory(); err == nil {
-		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
 	}
 	if f.memProfile != "" {
 		if err := writeHeapProfile(f.memProfile); err != nil {
@@ -324,17 +317,25 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 		NodeJSONBytes: meanNodeJSON(f.nodeSize, n), Seconds: time.Since(start).Seconds(), Memory: m, Service: f.service}
 	logf("service %s loaded %d templates, %d constraints, %d nodes in %.1fs (folder written and read); RSS %.1f MiB",
 		f.service, rep.Load.Templates, rep.Load.Constraints, n, rep.Load.Seconds, m.RSSMiB)
-	c := newClient(svc.Base, f.concurrency)
-	c.counters = serviceCounters(svc)
-	c.memory = svc.Memory
-	c.nodeSize = f.nodeSize
-	if err := runScenarios(ctx, f, c, rep); err != nil {
+	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory); err != nil {
 		return err
 	}
-	if m, err := svc.Memory(); err == nil {
+	return finish(f, rep)
+}
+
+// measure runs the scenarios against the server at base, reading its
+// counters and memory with the functions given, and records its memory
+// after them.
+func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error)) (*client, error) {
+	c := newClient(base, f.concurrency)
+	c.counters, c.memory, c.nodeSize = readCounters, mem, f.nodeSize
+	if err := runScenarios(ctx, f, c, rep); err != nil {
+		return nil, err
+	}
+	if m, err := mem(); err == nil {
 		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
 	}
-	return finish(f, rep)
+	return c, nil
 }
 
 // runScenarios times every scenario (names-only first, then full Node
