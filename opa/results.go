@@ -365,7 +365,10 @@ func lookup(v ast.Value, path []*ast.Term) *ast.Term {
 		return ast.NewTerm(v)
 	}
 	if j := analysis.EachAt(path); j >= 0 {
-		return lookupEach(v, path[:j], path[j+1:])
+		return lookupEach(v, path[:j], analysis.EachFilter(path[j]), path[j+1:])
+	}
+	if n := len(path) - 1; analysis.IsKeys(path[n]) {
+		return lookupKeys(lookup(v, path[:n]))
 	}
 	found, err := v.Find(ast.Ref(path))
 	if err != nil {
@@ -383,8 +386,10 @@ var wholeListKey = ast.StringTerm("not an array")
 // lookupEach is the value of list/Each/rest: the array of each element's
 // value at rest (undefinedTerm where an element has none; true for
 // analysis.Len), or, when the value at list is not an array, that value
-// whole.
-func lookupEach(v ast.Value, list, rest []*ast.Term) *ast.Term {
+// whole. With a filter (analysis.EachWhere) only the elements whose
+// values at every filter path hold (defined and not false) are in the
+// array.
+func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term) *ast.Term {
 	t := lookup(v, list)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
@@ -393,16 +398,49 @@ func lookupEach(v ast.Value, list, rest []*ast.Term) *ast.Term {
 		}
 		return ast.SetTerm(wholeListKey, t)
 	}
-	elems := make([]*ast.Term, arr.Len())
-	for i := range elems {
-		switch {
-		case len(rest) == 1 && analysis.IsLen(rest[0]):
-			elems[i] = ast.InternedTerm(true)
-		default:
-			elems[i] = lookup(arr.Elem(i).Value, rest)
+	elems := make([]*ast.Term, 0, arr.Len())
+	for i := range arr.Len() {
+		el := arr.Elem(i).Value
+		if !passes(el, filter) {
+			continue
+		}
+		if len(rest) == 1 && analysis.IsLen(rest[0]) {
+			elems = append(elems, ast.InternedTerm(true))
+		} else {
+			elems = append(elems, lookup(el, rest))
 		}
 	}
 	return ast.ArrayTerm(elems...)
+}
+
+// passes reports whether el's values at every filter path hold.
+func passes(el ast.Value, filter [][]*ast.Term) bool {
+	for _, p := range filter {
+		if !truthy(lookup(el, p)) {
+			return false
+		}
+	}
+	return true
+}
+
+// lookupKeys is the value of path/Keys, t the value at path: the set of
+// the keys of an object whose values are defined and not false, or, for
+// any other value, the array [wholeListKey, value], which no set equals.
+func lookupKeys(t *ast.Term) *ast.Term {
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		if t == undefinedTerm {
+			return t
+		}
+		return ast.ArrayTerm(wholeListKey, t)
+	}
+	keys := ast.NewSet()
+	obj.Foreach(func(k, v *ast.Term) {
+		if truthy(v) {
+			keys.Add(k)
+		}
+	})
+	return ast.NewTerm(keys)
 }
 
 // podReview is the Pod CREATE review a template sees: the AdmissionRequest's

@@ -491,10 +491,22 @@ var mutations = []struct {
 		s := spec(pod)
 		setOrDelete(r, s, "automountServiceAccountToken", true, false, nil)
 		setOrDelete(r, s, "serviceAccountName", "default", "builder", nil)
-		if r.IntN(3) == 0 {
+		switch r.IntN(3) {
+		case 0:
 			c := someContainer(r, pod)
 			mounts, _ := c["volumeMounts"].([]any)
 			c["volumeMounts"] = append(mounts, map[string]any{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true})
+		case 1:
+			// As the ServiceAccount admission plugin leaves every pod: a
+			// token volume with a name of its own, mounted in each container.
+			token := fmt.Sprintf("kube-api-access-%05x", r.IntN(1<<20))
+			vols, _ := s["volumes"].([]any)
+			s["volumes"] = append(vols, map[string]any{"name": token, "projected": map[string]any{"defaultMode": int64(420),
+				"sources": []any{map[string]any{"serviceAccountToken": map[string]any{"expirationSeconds": int64(3607), "path": "token"}}}}})
+			for _, c := range allContainers(pod) {
+				mounts, _ := c["volumeMounts"].([]any)
+				c["volumeMounts"] = append(mounts, map[string]any{"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true})
+			}
 		}
 	}},
 	{"tty", func(r *rand.Rand, pod map[string]any) {

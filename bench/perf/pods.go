@@ -59,6 +59,10 @@ func (p Pod) Object() (map[string]any, error) {
 const (
 	namePlaceholder = "__POD_NAME__"
 	uidPlaceholder  = "__POD_UID__"
+	// tokenPlaceholder is the service account token volume's name. The
+	// ServiceAccount admission plugin names it kube-api-access-<5 random
+	// characters>, per pod, in the volume and in every container's mount.
+	tokenPlaceholder = "__TOKEN_VOLUME__"
 )
 
 // Stream generates pods: with probability OneOffShare a one-off pod (a
@@ -104,6 +108,7 @@ func (s *Stream) Replica(rs, i int) Pod {
 	uid := fmt.Sprintf("0d000000-%04x-4000-8000-%012x", s.worker, i)
 	b := bytes.Replace(s.templates[rs], []byte(namePlaceholder), []byte(name), 1)
 	b = bytes.Replace(b, []byte(uidPlaceholder), []byte(uid), 1)
+	b = bytes.ReplaceAll(b, []byte(tokenPlaceholder), []byte(tokenVolume(s.worker, i)))
 	return Pod{Kind: "replica", Namespace: r.Namespace, Name: name, JSON: b}
 }
 
@@ -132,7 +137,23 @@ func (s *Stream) OneOff(i int) Pod {
 	if err != nil {
 		panic(err)
 	}
+	b = bytes.ReplaceAll(b, []byte(tokenPlaceholder), []byte(tokenVolume(s.worker, 1<<20+i)))
 	return Pod{Kind: "one-off", Namespace: ns, Name: job + "-x7k2q", JSON: b}
+}
+
+// tokenVolume is pod i's token volume name: kube-api-access- and five
+// characters of the alphabet Kubernetes' name generator draws from,
+// distinct per (worker, i) like the random ones.
+func tokenVolume(worker, i int) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	n := uint64(worker)<<32 | uint64(i)
+	n *= 0x9e3779b97f4a7c15 // spread consecutive pods over the alphabet
+	var suffix [5]byte
+	for j := range suffix {
+		suffix[j] = alphabet[n%uint64(len(alphabet))]
+		n /= uint64(len(alphabet))
+	}
+	return "kube-api-access-" + string(suffix[:])
 }
 
 // replicaPod is a pod of rs as the API server holds it after admission
@@ -161,7 +182,7 @@ func replicaPod(rs ReplicaSet, name, uid string) map[string]any {
 			"uid": "0c000000-0000-4000-8000-00" + rs.Hash, "controller": true, "blockOwnerDeletion": true}}
 	}
 	mounts := []any{
-		map[string]any{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+		map[string]any{"name": tokenPlaceholder, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
 		map[string]any{"name": "tmp", "mountPath": "/tmp"},
 	}
 	var containers []any
@@ -261,7 +282,7 @@ func withProbeDefaults(handler map[string]any, initialDelay int64) map[string]an
 
 func volumes() []any {
 	return []any{
-		map[string]any{"name": "kube-api-access", "projected": map[string]any{
+		map[string]any{"name": tokenPlaceholder, "projected": map[string]any{
 			"defaultMode": int64(420),
 			"sources": []any{
 				map[string]any{"serviceAccountToken": map[string]any{"expirationSeconds": int64(3607), "path": "token"}},

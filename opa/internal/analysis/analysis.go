@@ -119,6 +119,9 @@ type analyzer struct {
 	// definitions; noSeveral refuses that (the second run, for templates
 	// that read the node).
 	several, noSeveral bool
+	// current is the rule whose body is being analysed (for comprehensions:
+	// which variables are bound outside them).
+	current *ast.Rule
 }
 
 const maxCallDepth = 8
@@ -234,7 +237,9 @@ func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) []source
 
 func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
 	z.active[r]++
-	defer func() { z.active[r]-- }()
+	outer := z.current
+	z.current = r
+	defer func() { z.active[r]--; z.current = outer }()
 	seen := map[ast.Var]bool{}
 	for v := range env {
 		seen[v] = true
@@ -298,6 +303,9 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 		z.relayCall(ref[:len(ref)-1], site, depth)
 		return
 	}
+	if alt, forked := z.choice[e]; forked {
+		e, _ = z.forkedCompare(e, alt, env, depth) // this run's list (see lists.go)
+	}
 	for _, w := range e.With {
 		if ref, ok := w.Target.Value.(ast.Ref); ok {
 			if !ref[0].Equal(ast.InputRootDocument) {
@@ -324,6 +332,9 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 	if t, ok := e.Terms.(*ast.Term); ok && len(e.With) == 0 {
 		// A lone term is a truth test: for a node path, whether it is
 		// defined and not false is all the verdict can depend on.
+		if z.keysTest(t, env, depth) {
+			return
+		}
 		if o, ok := z.resolve(t, env, depth); ok && o.root == Node && o.exact {
 			z.exists = append(z.exists, o.path)
 			return
@@ -341,7 +352,8 @@ func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast
 	if !ok || seen[v] || v.IsWildcard() {
 		return false
 	}
-	if alt, forked := z.choice[z.at]; forked {
+	alt, forked := z.choice[z.at]
+	if forked {
 		rhs = z.forkedBinding(rhs, alt, env, depth) // this run's list (see lists.go)
 	}
 	if sc != nil {
@@ -360,6 +372,9 @@ func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast
 	o, ok := z.resolve(rhs, env, depth)
 	if !ok {
 		return false
+	}
+	if forked {
+		o = z.filtered(o, alt)
 	}
 	if !o.exact {
 		z.read(o)
@@ -464,7 +479,10 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 
 // each reads rest[i], a variable key below base, as every element of a
 // list (Each), when that is sound and worth it: base is an exact input
-// path through no other Each, and the list can neither hold the
+// path (below another Each, a list inside each element, such as a
+// container's ports or volume mounts, when the key is not bound before:
+// a key bound elsewhere is a lookup that fanOut or the element whole
+// covers), and the list can neither hold the
 // candidate's name (review.object.spec is a prefix of spec.nodeName) nor
 // be metadata holding the pod's name or uid (whose reads are per pod
 // anyway). The key then holds the list's length (how many elements the
@@ -473,8 +491,12 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 // value is not an array, the key holds it whole: see Each). Anything
 // else keeps the whole list read, as before.
 func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]origin, depth int) (origin, bool) {
-	if _, isVar := rest[i].Value.(ast.Var); !isVar || base.root != Input || !base.exact || EachAt(base.path) >= 0 {
+	v, isVar := rest[i].Value.(ast.Var)
+	if !isVar || base.root != Input || !base.exact {
 		return origin{}, false
+	}
+	if _, bound := env[v]; bound && EachAt(base.path) >= 0 {
+		return origin{}, false // a lookup by a key read elsewhere: fanOut, or the element whole
 	}
 	list := make([]*ast.Term, 0, len(base.path)+i+2)
 	list = append(append(list, base.path...), rest[:i]...)
@@ -484,6 +506,90 @@ func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]or
 	z.walk(rest[i], env, depth)
 	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), list...), Each, Len), exact: true})
 	return z.follow(origin{root: Input, path: append(list, Each), exact: true}, rest[i+1:], env, depth), true
+}
+
+// comprehension analyses a comprehension's body as a rule body, on a copy
+// of env: `c := input.review.object.spec.containers[_]` there makes c an
+// element of the list (Each), so that `{sprintf("%v is privileged",
+// [c.name]) | c := ...containers[_]; c.securityContext.privileged}` reads
+// each container's name and flag rather than every container whole. The
+// result is a function of the elements' values at the paths read, in
+// order and with the list's length, whatever the comprehension collects.
+// A variable the body shares with the rule around it is bound there
+// first, as Rego scopes it: such a binding is a comparison. Outside a
+// rule's own body (a list set's conditions), or past what it can tell,
+// the comprehension is walked as before: every binding a use. It reports
+// whether it analysed the comprehension.
+func (z *analyzer) comprehension(node any, body ast.Body, env map[ast.Var]origin, depth int, heads ...*ast.Term) bool {
+	seen, ok := varsOutside(z.current, node)
+	if !ok {
+		return false
+	}
+	inner := make(map[ast.Var]origin, len(env))
+	for k, v := range env {
+		inner[k] = v
+	}
+	for v := range env {
+		seen[v] = true
+	}
+	at := z.at
+	for _, e := range body {
+		z.expr(e, inner, seen, depth, nil)
+	}
+	z.at = at
+	for _, h := range heads {
+		z.walk(h, inner, depth)
+	}
+	return true
+}
+
+// varsOutside are the variables of r outside node (a comprehension in r's
+// body or head), and whether node is in r.
+func varsOutside(r *ast.Rule, node any) (map[ast.Var]bool, bool) {
+	if r == nil {
+		return nil, false
+	}
+	vars := map[ast.Var]bool{}
+	found := false
+	vis := ast.NewGenericVisitor(func(n any) bool {
+		if n == node {
+			found = true
+			return true
+		}
+		if v, ok := n.(ast.Var); ok {
+			vars[v] = true
+		}
+		return false
+	})
+	vis.Walk(r)
+	return vars, found
+}
+
+// keysTest reads a truth test `x[k]` (t, a lone expression), k a
+// variable, x an exact input path (through Each or not), as the keys of x
+// whose values hold (Keys): the test succeeds for k exactly those, so they
+// are all the test can tell, whether k is bound before or bound by it.
+// The volume types template's `{x | input.review.object.spec.volumes[_][x];
+// x != "name"}` reads each volume's types, not its name. It reports
+// whether it read t.
+func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool {
+	ref, ok := t.Value.(ast.Ref)
+	if !ok || len(ref) < 3 || !ref[0].Equal(ast.InputRootDocument) {
+		return false
+	}
+	if _, isVar := ref[len(ref)-1].Value.(ast.Var); !isVar {
+		return false
+	}
+	base := ast.NewTerm(ref[:len(ref)-1])
+	reads, why := len(z.reads), len(z.why)
+	o, ok := z.resolve(base, env, depth)
+	if !ok || o.root != Input || !o.exact {
+		z.reads, z.why = z.reads[:reads], z.why[:why]
+		return false
+	}
+	z.walk(ref[len(ref)-1], env, depth)
+	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), o.path...), Keys), exact: true})
+	return true
 }
 
 // maxFanOut bounds the constant keys fanOut reads one by one.
@@ -934,7 +1040,16 @@ func constantPath(t *ast.Term) ([]*ast.Term, bool) {
 func (z *analyzer) walk(x any, env map[ast.Var]origin, depth int) {
 	vis := ast.NewGenericVisitor(func(n any) bool {
 		switch v := n.(type) {
+		case *ast.ArrayComprehension:
+			return z.comprehension(v, v.Body, env, depth, v.Term)
+		case *ast.SetComprehension:
+			return z.comprehension(v, v.Body, env, depth, v.Term)
+		case *ast.ObjectComprehension:
+			return z.comprehension(v, v.Body, env, depth, v.Key, v.Value)
 		case *ast.Expr:
+			if t, ok := v.Terms.(*ast.Term); ok && len(v.With) == 0 && z.keysTest(t, env, depth) {
+				return true
+			}
 			if v.IsCall() && len(v.With) == 0 && !v.Negated {
 				// Nested bodies (comprehensions, every): calls keep their
 				// function analysis; bindings there are treated as uses.

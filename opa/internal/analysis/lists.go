@@ -196,6 +196,8 @@ func (z *analyzer) listForks(r *ast.Rule, env map[ast.Var]origin) []listFork {
 	for _, e := range r.Body {
 		if alts, ok := z.listBinding(e, seen); ok {
 			forks = append(forks, listFork{expr: e, alts: alts})
+		} else if alts, _, ok := z.listCompare(e, seen); ok {
+			forks = append(forks, listFork{expr: e, alts: alts})
 		}
 		ast.WalkVars(e, func(v ast.Var) bool { seen[v] = true; return false })
 	}
@@ -214,6 +216,47 @@ func (z *analyzer) listBinding(e *ast.Expr, seen map[ast.Var]bool) ([]*ast.Term,
 		}
 	}
 	return nil, false
+}
+
+// listCompare is e's `<value> == set[k].rest` (either order, k not bound
+// before; the compiler makes it a unification), the value ground or a
+// reference (whose head is bound: Rego cannot bind through one): whether
+// some element's value at rest is the value, which is what a binding of
+// set[k].rest followed by the comparison asks (the automount template's
+// `"/var/run/..." == input_containers[_].volumeMounts[_].mountPath`). The
+// value is read where the expression is walked. It returns the set's
+// element references and the operand that reads the set.
+func (z *analyzer) listCompare(e *ast.Expr, seen map[ast.Var]bool) ([]*ast.Term, int, bool) {
+	if e.Negated || len(e.With) > 0 || !e.IsCall() || !(e.IsEquality() || e.Operator().Equal(ast.Equal.Ref())) {
+		return nil, 0, false
+	}
+	ops := e.Operands()
+	if len(ops) != 2 {
+		return nil, 0, false
+	}
+	for i, t := range ops {
+		ref, isRef := t.Value.(ast.Ref)
+		if !ops[1-i].IsGround() || !isRef || !ref.HasPrefix(z.root) {
+			continue
+		}
+		if alts, _, ok := z.listSetRef(ref, seen); ok {
+			return alts, i, true
+		}
+	}
+	return nil, 0, false
+}
+
+// forkedCompare is a forked comparison (listCompare) as this run reads it:
+// the set's operand replaced by the run's list, as forkedBinding does.
+func (z *analyzer) forkedCompare(e *ast.Expr, alt *ast.Term, env map[ast.Var]origin, depth int) (*ast.Expr, bool) {
+	_, i, ok := z.listCompare(e, nil)
+	if !ok {
+		return e, false
+	}
+	out := e.Copy()
+	terms := out.Terms.([]*ast.Term)
+	terms[1+i] = z.forkedBinding(terms[1+i], alt, env, depth)
+	return out, true
 }
 
 // listSetRef reads ref as set[k] or set[k].rest...: a list set's path, a
@@ -253,6 +296,7 @@ func (z *analyzer) forkedBinding(rhs, alt *ast.Term, env map[ast.Var]origin, dep
 	}
 	def := z.listDefs[alt]
 	if o, ok := z.resolve(alt, env, depth); ok {
+		o = z.filtered(o, alt)
 		if kv := ref[k].Value.(ast.Var); !kv.IsWildcard() {
 			if def.keyPath != nil {
 				env[kv] = o.extend(def.keyPath...)
@@ -272,6 +316,105 @@ func (z *analyzer) forkedBinding(rhs, alt *ast.Term, env map[ast.Var]origin, dep
 	out = append(append(out, elem...), ref[k+1:]...)
 	z.listConditions(alt, depth, true)
 	return ast.NewTerm(out)
+}
+
+// filtered is o, an origin at or below alt's element (its Each), with the
+// Each made an EachWhere when alt's definition only tests fields of the
+// element (listFilter): what the run reads of its element is then read
+// for the elements that are members only.
+func (z *analyzer) filtered(o origin, alt *ast.Term) origin {
+	at := len(alt.Value.(ast.Ref)) - 2 // the element's place in o.path (input is not in it)
+	if o.root != Input || at >= len(o.path) || !IsEach(o.path[at]) || EachFilter(o.path[at]) != nil {
+		return o
+	}
+	guards := z.listFilter(alt)
+	if guards == nil {
+		return o
+	}
+	path := append([]*ast.Term(nil), o.path...)
+	path[at] = EachWhere(guards)
+	o.path = path
+	return o
+}
+
+// listFilter is the filter of alt's definition when its conditions only
+// test fields of the element for truth (defined and not false): a lone
+// `v.hostPath`, or a call `f(v, "flexVolume")` of a function with one
+// definition whose body is only the test `object[field]` of its two
+// parameters (the library's has_field). It gives the tested paths below
+// the element, nil for a definition without conditions or with any other.
+func (z *analyzer) listFilter(alt *ast.Term) [][]*ast.Term {
+	def, ok := z.listDefs[alt]
+	if !ok || len(def.bodyRest) == 0 || def.keyPath != nil {
+		return nil
+	}
+	var guards [][]*ast.Term
+	for _, e := range def.bodyRest {
+		g, ok := z.fieldTest(e, def.key)
+		if !ok {
+			return nil
+		}
+		guards = append(guards, g)
+	}
+	return guards
+}
+
+// fieldTest is e's path below v when e tests it for truth (listFilter).
+func (z *analyzer) fieldTest(e *ast.Expr, v ast.Var) ([]*ast.Term, bool) {
+	if e.Negated || len(e.With) > 0 {
+		return nil, false
+	}
+	if t, ok := e.Terms.(*ast.Term); ok {
+		return stringsBelow(t, v)
+	}
+	if !e.IsCall() || len(e.Operands()) != 2 {
+		return nil, false
+	}
+	ops := e.Operands()
+	field, isStr := ops[1].Value.(ast.String)
+	if arg, isVar := ops[0].Value.(ast.Var); !isVar || arg != v || !isStr {
+		return nil, false
+	}
+	rules := z.compiler.GetRulesExact(e.Operator())
+	if len(rules) != 1 || !isFieldTest(rules[0]) {
+		return nil, false
+	}
+	return []*ast.Term{ast.StringTerm(string(field))}, true
+}
+
+// isFieldTest reports whether r is `f(object, field) [= true] {
+// object[field] }`.
+func isFieldTest(r *ast.Rule) bool {
+	h := r.Head
+	if r.Default || r.Else != nil || len(h.Args) != 2 || len(r.Body) != 1 {
+		return false
+	}
+	if h.Value != nil && !h.Value.Equal(ast.InternedTerm(true)) {
+		return false
+	}
+	obj, ok1 := h.Args[0].Value.(ast.Var)
+	field, ok2 := h.Args[1].Value.(ast.Var)
+	e := r.Body[0]
+	t, ok3 := e.Terms.(*ast.Term)
+	if !ok1 || !ok2 || !ok3 || obj == field || e.Negated || len(e.With) > 0 {
+		return false
+	}
+	ref, ok := t.Value.(ast.Ref)
+	return ok && len(ref) == 2 && ref[0].Equal(ast.VarTerm(string(obj))) && ref[1].Equal(ast.VarTerm(string(field)))
+}
+
+// stringsBelow is t's path below v when t is v.<strings>.
+func stringsBelow(t *ast.Term, v ast.Var) ([]*ast.Term, bool) {
+	ref, ok := t.Value.(ast.Ref)
+	if !ok || len(ref) < 2 || !ref[0].Equal(ast.VarTerm(string(v))) {
+		return nil, false
+	}
+	for _, k := range ref[1:] {
+		if _, isStr := k.Value.(ast.String); !isStr {
+			return nil, false
+		}
+	}
+	return ref[1:], true
 }
 
 // listConditions analyses the conditions of alt's definition on its

@@ -50,9 +50,9 @@ func TestAnalyzeLists(t *testing.T) {
 			reads: []string{containers + "[_]"},
 		},
 		{
-			name:  "iterated twice: the inner list whole per element",
+			name:  "iterated twice: the inner list element by element too",
 			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\np := c.ports[_]\np.hostPort > 0\nmsg := sprintf(\"%v\", [c.name])\n}",
-			reads: []string{containers + "[_].(count)", containers + "[_].ports", containers + "[_].name (message only)"},
+			reads: []string{containers + "[_].(count)", containers + "[_].ports[_].(count)", containers + "[_].ports[_].hostPort", containers + "[_].name (message only)"},
 		},
 		{
 			name:  "through the library's set of lists",
@@ -98,9 +98,9 @@ func TestAnalyzeLists(t *testing.T) {
 			reads: []string{containers, "input.review.object.metadata.annotations.skip"},
 		},
 		{
-			name:  "read on below the set's element: per element, the inner list whole",
+			name:  "read on below the set's element: per element, the inner list's elements",
 			rego:  "violation contains {\"msg\": msg} if {\np := input_containers[_].ports[_]\np.hostPort > 0\nmsg := \"host port\"\n}" + filteredSet,
-			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].ports", inits + "[_].(count)", inits + "[_].securityContext.procMount", inits + "[_].ports"},
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].ports[_].(count)", containers + "[_].ports[_].hostPort", inits + "[_].(count)", inits + "[_].securityContext.procMount", inits + "[_].ports[_].(count)", inits + "[_].ports[_].hostPort"},
 		},
 		{
 			name:  "spec iterated: it holds the node's name, so it stays whole",
@@ -128,6 +128,56 @@ func TestAnalyzeLists(t *testing.T) {
 			name:  "a ground index is a path of its own",
 			rego:  "violation contains {\"msg\": msg} if {\n" + containers + "[0].image == \"x\"\nc := " + containers + "[_]\nmsg := sprintf(\"%v\", [c.name])\n}",
 			reads: []string{containers + "[0].image", containers + "[_].(count)", containers + "[_].name (message only)"},
+		},
+		{
+			name:  "a constant compared with the set's elements, in a function: element by element (automount)",
+			rego:  "violation contains {\"msg\": msg} if {\nmounts(input.review.object.spec)\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}\nmounts(spec) if {\nnot spec.automount\n\"/var/run/token\" == input_containers[_].volumeMounts[_].mountPath\n}" + listSet,
+			reads: []string{"input.review.object.spec.automount", containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].mountPath", inits + "[_].(count)", inits + "[_].volumeMounts[_].(count)", inits + "[_].volumeMounts[_].mountPath", "input.review.object.metadata.name (message only)"},
+		},
+		{
+			name:  "the set compared with another reference: element by element, and the reference read",
+			rego:  "violation contains {\"msg\": \"x\"} if {\ninput.parameters.path == input_containers[_].volumeMounts[_].mountPath\n}" + listSet,
+			reads: []string{"input.parameters.path", containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].mountPath", inits + "[_].(count)", inits + "[_].volumeMounts[_].(count)", inits + "[_].volumeMounts[_].mountPath"},
+		},
+		{
+			name:  "the set unified with a composite holding a variable: every list whole",
+			rego:  "violation contains {\"msg\": \"x\"} if {\n{\"mountPath\": p} = input_containers[_].volumeMounts[_]\nstartswith(p, \"/host\")\n}" + listSet,
+			reads: []string{containers, inits},
+		},
+		{
+			name:  "the keys of each element whose values hold (volume types)",
+			rego:  "violation contains {\"msg\": msg} if {\nfields := {x | input.review.object.spec.volumes[_][x]; x != \"name\"}\nf := fields[_]\nnot f == \"emptyDir\"\nmsg := sprintf(\"%v uses %v\", [input.review.object.metadata.name, f])\n}",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(keys)", "input.review.object.metadata.name (message only)"},
+		},
+		{
+			name:  "the values of each element, not only their truth: the element whole",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nvs := {v | v := input.review.object.spec.volumes[_][x]; x != \"name\"}\ncount(vs) > 2\n}",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_][_]"},
+		},
+		{
+			name:  "a comprehension's binding makes an element (privileged reasons)",
+			rego:  "violation contains {\"msg\": \"x\", \"details\": {\"reasons\": r}} if {\nr := {sprintf(\"container %v\", [c.name]) | c := " + containers + "[_]; c.securityContext.privileged}\ncount(r) > 0\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].name", containers + "[_].securityContext.privileged"},
+		},
+		{
+			name:  "a comprehension's variable bound outside it is compared: the list's elements whole",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[0]\nsame := {1 | c = " + inits + "[_]}\ncount(same) > 0\n}",
+			reads: []string{containers + "[0]", inits + "[_]"},
+		},
+		{
+			name:  "a set filtered by field tests: what its elements print or pass on is read for its members only (flexvolume)",
+			rego:  "violation contains {\"msg\": msg} if {\nv := flex[_]\nnot v.flexVolume.driver == \"ok\"\nmsg := sprintf(\"%v in %v\", [v, input.review.object.metadata.name])\n}\nflex contains v if {\nv := input.review.object.spec.volumes[_]\nhas_field(v, \"flexVolume\")\n}\nhas_field(object, field) := true if { object[field] }",
+			reads: []string{"input.review.object.spec.volumes[_ where .flexVolume]", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].flexVolume", "input.review.object.metadata.name (message only)"},
+		},
+		{
+			name:  "a set filtered by a lone field test: the test reads the field, which holds what is read below it",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nv := hp[_]\nstartswith(v.hostPath.path, \"/etc\")\n}\nhp contains v if {\nv := input.review.object.spec.volumes[_]\nv.hostPath\n}",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath"},
+		},
+		{
+			name:  "a set filtered by anything but field tests keeps every element (has_key tests definedness, not truth)",
+			rego:  "violation contains {\"msg\": msg} if {\nv := flex[_]\nmsg := sprintf(\"%v\", [v])\n}\nflex contains v if {\nv := input.review.object.spec.volumes[_]\nhas_key(v, \"flexVolume\")\n}\nhas_key(x, k) if { _ = x[k] }",
+			reads: []string{"input.review.object.spec.volumes[_]"},
 		},
 		{
 			name:  "the printed element read at a ground index keeps it keyed",

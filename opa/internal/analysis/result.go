@@ -144,8 +144,57 @@ var Each = ast.VarTerm("$each")
 // Len ends a path after Each: only how many elements there are.
 var Len = ast.VarTerm("$len")
 
-// IsEach reports whether t is Each.
-func IsEach(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$each" }
+// Keys ends a path: only the keys of the object there whose values are
+// defined and not false (`volumes[_][x]` as a condition, x then each key
+// whose value holds). A value that is not an object is keyed whole.
+var Keys = ast.VarTerm("$keys")
+
+// IsKeys reports whether t is Keys.
+func IsKeys(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$keys" }
+
+// IsEach reports whether t is Each, filtered or not (EachWhere).
+func IsEach(t *ast.Term) bool {
+	switch v := t.Value.(type) {
+	case ast.Var:
+		return v == "$each"
+	case *ast.Array:
+		return v.Len() > 1 && v.Elem(0).Equal(Each)
+	}
+	return false
+}
+
+// EachWhere stands, like Each, for the elements of the array before it,
+// but only those whose values at every guard path (below the element) are
+// defined and not false: the elements of a list set whose definition
+// only tests fields (`input_flexvolumes[v] { v := ...volumes[_];
+// has_field(v, "flexVolume") }`). What is read through it is read for
+// those elements only, in order; the others cannot be members of the set.
+func EachWhere(guards [][]*ast.Term) *ast.Term {
+	terms := make([]*ast.Term, 0, len(guards)+1)
+	terms = append(terms, Each)
+	for _, g := range guards {
+		terms = append(terms, ast.ArrayTerm(g...))
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+// EachFilter are the guard paths of an EachWhere (nil for Each).
+func EachFilter(t *ast.Term) [][]*ast.Term {
+	arr, ok := t.Value.(*ast.Array)
+	if !ok || !IsEach(t) {
+		return nil
+	}
+	out := make([][]*ast.Term, 0, arr.Len()-1)
+	for i := 1; i < arr.Len(); i++ {
+		g := arr.Elem(i).Value.(*ast.Array)
+		path := make([]*ast.Term, g.Len())
+		for j := range path {
+			path[j] = g.Elem(j)
+		}
+		out = append(out, path)
+	}
+	return out
+}
 
 // IsLen reports whether t is Len.
 func IsLen(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$len" }
@@ -161,16 +210,29 @@ func EachAt(p []*ast.Term) int {
 }
 
 // PathString renders a path as Rego does: .name for identifiers, ["key"]
-// for the rest, [_] for Each, .(count) for Len.
+// for the rest, [_] for Each, .(count) for Len, .(keys) for Keys.
 func PathString(p []*ast.Term) string {
 	var b strings.Builder
 	for _, t := range p {
 		if IsEach(t) {
-			b.WriteString("[_]")
+			b.WriteString("[_")
+			for i, g := range EachFilter(t) {
+				if i == 0 {
+					b.WriteString(" where ")
+				} else {
+					b.WriteString(", ")
+				}
+				b.WriteString(PathString(g))
+			}
+			b.WriteString("]")
 			continue
 		}
 		if IsLen(t) {
 			b.WriteString(".(count)")
+			continue
+		}
+		if IsKeys(t) {
+			b.WriteString(".(keys)")
 			continue
 		}
 		if s, ok := t.Value.(ast.String); ok && ast.IsVarCompatibleString(string(s)) {
@@ -197,14 +259,15 @@ func PrefixRelated(a, b []*ast.Term) bool {
 // prefixCovers reports whether the value at q holds the value at p for
 // every review: q is a prefix of p, where Each in q matches any key of p
 // (every element holds any one), but a key of q does not match Each in p
-// (one element does not hold them all).
+// (one element does not hold them all), nor does an EachWhere in q match
+// anything but itself.
 func prefixCovers(q, p []*ast.Term) bool {
 	if len(q) > len(p) {
 		return false
 	}
 	for i := range q {
-		if !q[i].Equal(p[i]) && !IsEach(q[i]) {
-			return false
+		if !q[i].Equal(p[i]) && (!IsEach(q[i]) || EachFilter(q[i]) != nil) {
+			return false // an EachWhere holds only some elements
 		}
 	}
 	return true
