@@ -347,10 +347,41 @@ func sortResults(out []result) {
 // lookupInput finds path in the input {review, parameters}: paths other
 // than review.* are constant or absent for a constraint.
 func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
+	if list, filter, rest, ok := analysis.Condition(path); ok {
+		if !hasMember(review, list, filter) {
+			return notReadKey
+		}
+		path = rest
+	}
 	if len(path) == 0 || !path[0].Equal(termReview) {
 		return undefinedTerm
 	}
 	return lookup(review.Value, path[1:])
+}
+
+// notReadKey is, in a key, the value of a conditional path
+// (analysis.When) whose condition does not hold: the template cannot read
+// it. No JSON value is a variable, so it equals no value read.
+var notReadKey = ast.VarTerm("$notread")
+
+// hasMember reports whether the list at list (a review path) has an
+// element whose values at every filter path hold, or is not a list
+// (whatever that reads, the condition is taken to hold).
+func hasMember(review *ast.Term, list []*ast.Term, filter [][]*ast.Term) bool {
+	if len(list) == 0 || !list[0].Equal(termReview) {
+		return true
+	}
+	t := lookup(review.Value, list[1:])
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		return t != undefinedTerm
+	}
+	for i := range arr.Len() {
+		if passes(arr.Elem(i).Value, filter) {
+			return true
+		}
+	}
+	return false
 }
 
 func truthy(t *ast.Term) bool {

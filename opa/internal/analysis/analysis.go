@@ -75,6 +75,9 @@ type read struct {
 	path  []*ast.Term
 	o     origin
 	where string
+	// when, if not nil, is the condition (When) under which the read is
+	// made: it follows a binding of a filtered list set's member.
+	when *ast.Term
 }
 
 // analyzer walks the compiled modules of one template.
@@ -119,6 +122,11 @@ type analyzer struct {
 	// definitions; noSeveral refuses that (the second run, for templates
 	// that read the node).
 	several, noSeveral bool
+	// inlined are the functions some call analysed in place, bailed those
+	// a call could not follow (see functionsApart).
+	inlined, bailed map[*ast.Rule]bool
+	// quiet counts the analyses whose reads are dropped after (checks).
+	quiet int
 	// current is the rule whose body is being analysed (for comprehensions:
 	// which variables are bound outside them).
 	current *ast.Rule
@@ -147,18 +155,24 @@ func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.V
 		listSets:  map[string][]*ast.Term{},
 		listDefs:  map[*ast.Term]listDef{},
 		relays:    map[string]bool{},
+		inlined:   map[*ast.Rule]bool{},
+		bailed:    map[*ast.Rule]bool{},
 	}
 	z.relaySites = z.findRelays(rules)
+	var functions []*ast.Rule
 	for _, r := range rules {
 		if z.isAlias(r) || z.isListSetRule(r) || z.relays[r.Path().String()] {
 			continue // read where it is referenced (see aliasRule, lists.go, relay.go)
 		}
+		if len(r.Head.Args) > 0 {
+			functions = append(functions, r)
+			continue
+		}
 		for x := r; x != nil; x = x.Else {
-			// A function's printed value is judged again at each call;
-			// here it only needs to stay defined.
 			z.messages = append(z.messages, z.rule(x, map[ast.Var]origin{}, 0)...)
 		}
 	}
+	z.functionsApart(functions)
 	a := z.result()
 	if z.several && !a.PerPod() && !noSeveral {
 		// The run-time check that makes several definitions sound (see
@@ -167,6 +181,29 @@ func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.V
 	}
 	a.PrintedThroughSeveral = z.several && len(a.Messages) > 0
 	return a
+}
+
+// functionsApart analyses on their own, parameters unbound, the functions
+// that no call analysed in place: those never called, and those a call
+// could not follow (past maxCallDepth), whose reads of input the call did
+// not record. A function analysed at each call needs nothing more: its
+// reads are those of its calls, under their conditions (When), and its
+// printed values are judged at each call. Analysing one apart can find
+// more to analyse apart, so it goes on until nothing is left.
+func (z *analyzer) functionsApart(functions []*ast.Rule) {
+	done := map[*ast.Rule]bool{}
+	for more := true; more; {
+		more = false
+		for _, r := range functions {
+			for x := r; x != nil; x = x.Else {
+				if done[x] || (z.inlined[x] && !z.bailed[x]) {
+					continue
+				}
+				done[x], more = true, true
+				z.messages = append(z.messages, z.rule(x, map[ast.Var]origin{}, 0)...)
+			}
+		}
+	}
 }
 
 // where describes the expression being analysed: its text and line.
@@ -254,6 +291,8 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 	}
 	before := z.mark()
 	harmless := true
+	cond := -1 // where the reads conditional on a filtered member begin
+	var when *ast.Term
 	for _, e := range r.Body {
 		if harmless && z.iteratesEmptyConstant(e, env) {
 			z.reset(before) // the body never succeeds: nothing it reads decides
@@ -261,6 +300,11 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 		}
 		z.expr(e, env, seen, depth, sc)
 		harmless = harmless && isHarmless(e)
+		if when == nil {
+			if when = z.memberCondition(e); when != nil {
+				cond = len(z.reads)
+			}
+		}
 	}
 	z.at = nil
 	// Head terms use variables whole: what a rule returns escapes it,
@@ -292,6 +336,7 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 	for _, t := range r.Head.Reference[1:] {
 		z.walk(t, env, depth)
 	}
+	z.condition(cond, when) // the body's reads after the member's binding and the head's; not settle's
 	return z.settle(sc, ret, hasRet)
 }
 
@@ -582,6 +627,8 @@ func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool
 	}
 	base := ast.NewTerm(ref[:len(ref)-1])
 	reads, why := len(z.reads), len(z.why)
+	z.quiet++ // what is read here may be forgotten: no call counts as analysed
+	defer func() { z.quiet-- }()
 	o, ok := z.resolve(base, env, depth)
 	if !ok || o.root != Input || !o.exact {
 		z.reads, z.why = z.reads[:reads], z.why[:why]
@@ -782,6 +829,8 @@ func (z *analyzer) resolveQuiet(t *ast.Term) (origin, bool) {
 		return origin{}, false
 	}
 	reads, inv := len(z.reads), z.inv
+	z.quiet++ // what is read here is forgotten: no call counts as analysed
+	defer func() { z.quiet-- }()
 	o, ok := z.resolve(t, map[ast.Var]origin{}, 0)
 	z.reads, z.inv = z.reads[:reads], inv
 	return o, ok
@@ -936,6 +985,11 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		for _, a := range args {
 			z.walk(a, env, depth)
 		}
+		for _, r := range rules {
+			for x := r; x != nil; x = x.Else {
+				z.bailed[x] = true // its reads are read apart (functionsApart)
+			}
+		}
 		return
 	}
 	var returned [][]source
@@ -945,11 +999,16 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		}
 		for x := r; x != nil; x = x.Else {
 			if z.active[x] > 0 {
-				// Recursion: use arguments whole.
+				// Recursion (which Rego's compiler refuses): use arguments
+				// whole, and read the function apart.
 				for _, a := range args[:min(nparams, len(args))] {
 					z.walk(a, env, depth)
 				}
+				z.bailed[x] = true
 				continue
+			}
+			if z.quiet == 0 {
+				z.inlined[x] = true
 			}
 			inner := map[ast.Var]origin{}
 			for i, p := range x.Head.Args {

@@ -356,7 +356,9 @@ func (z *analyzer) result() *Result {
 			}
 			isName := m.o.root == Input && len(m.o.path) == len(NodeNamePath) && PrefixRelated(m.o.path, NodeNamePath)
 			switch {
-			case covers(paths, m.o.path):
+			case covers(unconditionalPaths(*reads), m.o.path):
+				// A conditional read keys the value only where its
+				// condition holds: the printed value is read (related).
 				continue
 			case related(paths, m.o.path),
 				m.o.root == Input && !isName && PrefixRelated(m.o.path, NodeNamePath),
@@ -387,7 +389,7 @@ func (z *analyzer) result() *Result {
 		}
 		msgs = nil
 	}
-	a.InputPaths = minimizePaths(readPaths(input), true)
+	a.InputPaths = minimizePaths(keyPaths(input), true)
 	a.NodePaths = minimizePaths(readPaths(node), false)
 	for _, p := range minimizePaths(z.exists, false) {
 		if !covers(a.NodePaths, p) {
@@ -421,6 +423,30 @@ func (z *analyzer) distinctKeys() [][][]*ast.Term {
 	var out [][][]*ast.Term
 	for _, name := range names {
 		out = append(out, z.distinct[name])
+	}
+	return out
+}
+
+// keyPaths are the reads' key paths: a conditional read's path begins
+// with its condition (When).
+func keyPaths(rs []read) [][]*ast.Term {
+	out := make([][]*ast.Term, len(rs))
+	for i, r := range rs {
+		out[i] = r.path
+		if r.when != nil {
+			out[i] = append([]*ast.Term{r.when}, r.path...)
+		}
+	}
+	return out
+}
+
+// unconditionalPaths are the paths of the reads made whatever the review.
+func unconditionalPaths(rs []read) [][]*ast.Term {
+	var out [][]*ast.Term
+	for _, r := range rs {
+		if r.when == nil {
+			out = append(out, r.path)
+		}
 	}
 	return out
 }

@@ -165,6 +165,8 @@ func keyVar(r *ast.Rule) (ast.Var, bool) {
 // is read element by element (each accepts its list).
 func (z *analyzer) resolvesElement(t *ast.Term) bool {
 	reads, why := len(z.reads), len(z.why)
+	z.quiet++ // what is read here may be forgotten: no call counts as analysed
+	defer func() { z.quiet-- }()
 	o, ok := z.resolve(t, map[ast.Var]origin{}, 0)
 	z.reads, z.why = z.reads[:reads], z.why[:why]
 	return ok && o.exact && o.root == Input && EachAt(o.path) == len(o.path)-1
@@ -335,6 +337,41 @@ func (z *analyzer) filtered(o origin, alt *ast.Term) origin {
 	path[at] = EachWhere(guards)
 	o.path = path
 	return o
+}
+
+// memberCondition is the condition (When) that e, a forked binding or
+// comparison in the run being analysed, puts on the rest of its body:
+// that alt's list has a member, when alt's definition filters its list by
+// field tests. Nil for any other expression.
+func (z *analyzer) memberCondition(e *ast.Expr) *ast.Term {
+	alt, forked := z.choice[e]
+	if !forked {
+		return nil
+	}
+	filter := z.listFilter(alt)
+	if filter == nil {
+		return nil
+	}
+	elem := alt.Value.(ast.Ref)
+	return When(elem[1:len(elem)-1], filter)
+}
+
+// condition makes the input reads recorded from the index from on
+// conditional on when: the rest of a body after a filtered member's
+// binding, which a pod without members never reaches. Reads already
+// conditional (on a binding further in) and reads of the parameters
+// (constant) stay as they are.
+func (z *analyzer) condition(from int, when *ast.Term) {
+	if when == nil {
+		return
+	}
+	for i := from; i < len(z.reads); i++ {
+		r := &z.reads[i]
+		if r.root != Input || r.when != nil || (len(r.path) > 0 && r.path[0].Equal(ast.StringTerm("parameters"))) {
+			continue
+		}
+		r.when = when
+	}
 }
 
 // listFilter is the filter of alt's definition when its conditions only

@@ -16,7 +16,9 @@ const (
 	filteredSet = "\ninput_containers contains c if {\nc := input.review.object.spec.containers[_]\nnot startswith(c.image, \"safe/\")\n}\n" +
 		"input_containers contains c if {\nc := input.review.object.spec.initContainers[_]\nc.securityContext.procMount != null\n}\n"
 	// listMap is seccomp v2's object of the containers by name.
-	listMap = "\ninput_containers[c.name] := c if { c := input.review.object.spec.containers[_] }\ninput_containers[c.name] := c if { c := input.review.object.spec.initContainers[_] }\n"
+	// hostPathSet is host-filesystem's set of the host-path volumes.
+	hostPathSet = "\nhp contains v if {\nv := input.review.object.spec.volumes[_]\nhas_field(v, \"hostPath\")\n}\nhas_field(object, field) := true if { object[field] }\n"
+	listMap     = "\ninput_containers[c.name] := c if { c := input.review.object.spec.containers[_] }\ninput_containers[c.name] := c if { c := input.review.object.spec.initContainers[_] }\n"
 )
 
 // TestAnalyzeLists: reads through a list element are keyed element by
@@ -178,6 +180,31 @@ func TestAnalyzeLists(t *testing.T) {
 			name:  "a set filtered by anything but field tests keeps every element (has_key tests definedness, not truth)",
 			rego:  "violation contains {\"msg\": msg} if {\nv := flex[_]\nmsg := sprintf(\"%v\", [v])\n}\nflex contains v if {\nv := input.review.object.spec.volumes[_]\nhas_key(v, \"flexVolume\")\n}\nhas_key(x, k) if { _ = x[k] }",
 			reads: []string{"input.review.object.spec.volumes[_]"},
+		},
+		{
+			name: "after a filtered member's binding, reads count only if the list has a member (host-filesystem)",
+			rego: "violation contains {\"msg\": msg} if {\nv := hp[_]\nwriteable(v.name)\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}\nwriteable(n) if {\nm := " + containers + "[_].volumeMounts[_]\nm.name == n\nnot m.readOnly\n}" + hostPathSet,
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].(count) (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].volumeMounts[_].(count) (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].volumeMounts[_].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].volumeMounts[_].readOnly (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				"input.review.object.metadata.name (message only)"},
+		},
+		{
+			name: "what is read before the binding, or also elsewhere, is read whatever the pod",
+			rego: "violation contains {\"msg\": \"x\"} if {\nnot input.review.object.spec.hostNetwork\nv := hp[_]\nwriteable(v.name)\n}\nviolation contains {\"msg\": \"y\"} if {\nwriteable(\"tmp\")\n}\nwriteable(n) if {\nm := " + containers + "[_].volumeMounts[_]\nm.name == n\nnot m.readOnly\n}" + hostPathSet,
+			reads: []string{"input.review.object.spec.hostNetwork", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].name", containers + "[_].volumeMounts[_].readOnly"},
+		},
+		{
+			name: "a function no call follows is read apart, whatever the pod",
+			rego: "violation contains {\"msg\": \"x\"} if {\nv := hp[_]\nf1(v.name)\n}\nf1(n) if f2(n)\nf2(n) if f3(n)\nf3(n) if f4(n)\nf4(n) if f5(n)\nf5(n) if f6(n)\nf6(n) if f7(n)\nf7(n) if f8(n)\nf8(n) if f9(n)\nf9(n) if {\ninput.review.object.spec.containers[_].volumeMounts[_].name == n\n}" + hostPathSet,
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
+				containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].name"},
 		},
 		{
 			name:  "the printed element read at a ground index keeps it keyed",

@@ -108,6 +108,10 @@ func (a *Result) readsNodeMessage() bool {
 func (a *Result) Describe() []string {
 	var out []string
 	for _, p := range a.InputPaths {
+		if list, filter, rest, ok := Condition(p); ok {
+			out = append(out, "input"+PathString(rest)+" (if input"+PathString(append(append([]*ast.Term(nil), list...), EachWhere(filter)))+" has one)")
+			continue
+		}
 		out = append(out, "input"+PathString(p))
 	}
 	for _, p := range a.NodePaths {
@@ -151,6 +155,43 @@ var Keys = ast.VarTerm("$keys")
 
 // IsKeys reports whether t is Keys.
 func IsKeys(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$keys" }
+
+// When begins a key path read only if the list at list has an element
+// whose values at every filter path hold (the members of a list set
+// filtered by field tests): `volume := input_hostpath_volumes[_]` ends the
+// body for a pod without host-path volumes, so nothing the body reads
+// after it decides that pod's verdict. The key holds the value at the
+// path after When where the condition holds, and NotRead where it does
+// not.
+func When(list []*ast.Term, filter [][]*ast.Term) *ast.Term {
+	return ast.ArrayTerm(ast.VarTerm("$when"), ast.ArrayTerm(list...), EachWhere(filter))
+}
+
+// Condition is the list and the filter of a path that begins with When,
+// and the path after it; ok is false for any other path.
+func Condition(p []*ast.Term) (list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term, ok bool) {
+	if len(p) == 0 {
+		return nil, nil, nil, false
+	}
+	arr, isArr := p[0].Value.(*ast.Array)
+	if !isArr || arr.Len() != 3 || !arr.Elem(0).Equal(ast.VarTerm("$when")) {
+		return nil, nil, nil, false
+	}
+	l := arr.Elem(1).Value.(*ast.Array)
+	list = make([]*ast.Term, l.Len())
+	for i := range list {
+		list[i] = l.Elem(i)
+	}
+	return list, EachFilter(arr.Elem(2)), p[1:], true
+}
+
+// unconditioned is p without a leading When.
+func unconditioned(p []*ast.Term) []*ast.Term {
+	if _, _, rest, ok := Condition(p); ok {
+		return rest
+	}
+	return p
+}
 
 // IsEach reports whether t is Each, filtered or not (EachWhere).
 func IsEach(t *ast.Term) bool {
@@ -210,9 +251,14 @@ func EachAt(p []*ast.Term) int {
 }
 
 // PathString renders a path as Rego does: .name for identifiers, ["key"]
-// for the rest, [_] for Each, .(count) for Len, .(keys) for Keys.
+// for the rest, [_] for Each, .(count) for Len, .(keys) for Keys, and a
+// path that begins with When as `(if <list>[_ where ...]) <path>`.
 func PathString(p []*ast.Term) string {
 	var b strings.Builder
+	if list, filter, rest, ok := Condition(p); ok {
+		b.WriteString("(if " + PathString(append(append([]*ast.Term(nil), list...), EachWhere(filter))) + ") ")
+		p = rest
+	}
 	for _, t := range p {
 		if IsEach(t) {
 			b.WriteString("[_")
@@ -307,7 +353,7 @@ func minimizePaths(paths [][]*ast.Term, input bool) [][]*ast.Term {
 	sort.SliceStable(clean, func(i, j int) bool { return len(clean[i]) < len(clean[j]) })
 	var out [][]*ast.Term
 	for _, p := range clean {
-		if !covers(out, p) {
+		if !covers(out, p) && !covers(out, unconditioned(p)) {
 			out = append(out, p)
 		}
 	}
@@ -338,7 +384,7 @@ var (
 // name or uid): no other pod can reuse its memo entries.
 func (a *Result) PodUnique() bool {
 	for _, p := range a.InputPaths {
-		if related(uniquePodPaths, p) {
+		if related(uniquePodPaths, unconditioned(p)) {
 			return true
 		}
 	}
