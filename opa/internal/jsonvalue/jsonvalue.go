@@ -41,6 +41,9 @@ func Parse(b []byte) (ast.Value, error) {
 type parser struct {
 	b []byte
 	i int
+	// shared and ends: see Shared.Parse.
+	shared *Shared
+	ends   []int32
 }
 
 // SyntaxError is malformed JSON, with the byte offset where it was found.
@@ -71,10 +74,8 @@ func (p *parser) value(depth int) (*ast.Term, error) {
 		return nil, p.errorf("unexpected end of JSON input")
 	}
 	switch c := p.b[p.i]; {
-	case c == '{':
-		return p.object(depth + 1)
-	case c == '[':
-		return p.array(depth + 1)
+	case c == '{', c == '[':
+		return p.composite(depth)
 	case c == '"':
 		s, err := p.str()
 		if err != nil {
