@@ -427,7 +427,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 	a := bc.analysis
 	var entry *memoEntry
 	if memoOK && !a.NodeNameObserved {
-		entry = r.entry(bc, r.podKey(bc, r.podReview, pod))
+		entry = r.entry(bc, r.keyTerms(bc, r.podReview, pod))
 	}
 	readsNode := len(a.NodePaths) > 0 || len(a.NodeExists) > 0 || len(bc.nodeMsgs) > 0 || bc.nameMsg != nil
 	var classes []int
@@ -449,7 +449,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		start := r.now()
 		e := entry
 		if memoOK && e == nil {
-			e = r.entry(bc, r.podKey(bc, r.nodeReview(r.podReview, i, r.slots[i].name), pod))
+			e = r.entry(bc, r.keyTerms(bc, r.nodeReview(r.podReview, i, r.slots[i].name), pod))
 		}
 		class := 0
 		if e != nil && readsNode {
@@ -561,8 +561,8 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	return r.evalWith(bc, r.nodeReview(r.reviewOf(pod), -1, key), nodes)
 }
 
-func (r *request) entry(bc *boundConstraint, key *ast.Array) *memoEntry {
-	return r.e.memo.Entry(bc.owner, key)
+func (r *request) entry(bc *boundConstraint, key []*ast.Term) *memoEntry {
+	return r.e.memo.Find(bc.owner, key)
 }
 
 func (r *request) addStats() {
@@ -701,7 +701,14 @@ func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d t
 // stands, the value where it could not), and the inventory generation if
 // the template reads more of the inventory than the candidate node.
 func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *ast.Array {
-	terms := make([]*ast.Term, 0, len(bc.keyInputPaths)+len(pod.key)+1)
+	return ast.NewArray(slices.Clone(r.keyTerms(bc, review, pod))...)
+}
+
+// keyTerms are podKey's elements, in the request's buffer: valid until
+// the next call (memo.Find copies what it keeps).
+func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) []*ast.Term {
+	b := r.buffers()
+	terms := b.key[:0]
 	for k, path := range bc.keyInputPaths {
 		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, path))
 	}
@@ -709,7 +716,8 @@ func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *a
 	if bc.analysis.InventoryOther {
 		terms = append(terms, r.invGen)
 	}
-	return ast.NewArray(terms...)
+	b.key = terms
+	return terms
 }
 
 // keyValue is the value at path in review: looked up once per request in
@@ -810,7 +818,7 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 		e = f.entry // a miss, found by prefetch
 		r.misses++
 	case memoOK:
-		e = r.entry(bc, r.podKey(bc, r.podReview, pod))
+		e = r.entry(bc, r.keyTerms(bc, r.podReview, pod))
 		if res, ok := e.Get(0); ok {
 			r.hits++
 			return r.checkPlaceholders(bc, res, pod, true)

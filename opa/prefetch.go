@@ -72,7 +72,7 @@ func (r *request) prefetch(orders []int) {
 			continue
 		}
 		view := r.podView(bc, true)
-		e := r.entry(bc, r.podKey(bc, r.podReview, view))
+		e := r.entry(bc, r.keyTerms(bc, r.podReview, view))
 		b := r.buffers()
 		if len(b.fetched) == 0 { // this request's first: one slot per constraint
 			b.fetched = resize(b.fetched, len(r.snap.constraints))

@@ -67,6 +67,8 @@ type podBuffers struct {
 	// keyCache holds the pod review's values at key paths, by their
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
+	// key is the memo key being looked up (keyTerms).
+	key []*ast.Term
 }
 
 var podBuffersPool = sync.Pool{New: func() any { return new(podBuffers) }}
@@ -86,6 +88,7 @@ func (b *podBuffers) release() {
 	clear(b.steps)
 	clear(b.fetched)
 	clear(b.keyCache)
-	b.steps, b.podOnly, b.fetched, b.keyCache = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.keyCache[:0]
+	clear(b.key[:cap(b.key)])
+	b.steps, b.podOnly, b.fetched, b.keyCache, b.key = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.keyCache[:0], b.key[:0]
 	podBuffersPool.Put(b)
 }

@@ -283,9 +283,11 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
+	steal0, stealOK := perf.StealTicks()
 	start := time.Now()
 	results := c.phase(ctx, s, b, streams, f.duration, true)
 	elapsed := time.Since(start)
+	steal1, _ := perf.StealTicks()
 	after, err := c.counters()
 	if err != nil {
 		return Scenario{}, err
@@ -302,6 +304,10 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	res.AllocsPerRequest = float64(after.mallocs-before.mallocs) / n
 	res.BytesPerRequest = float64(after.allocBytes-before.allocBytes) / n
 	res.GCs = uint32(after.gcs - before.gcs)
+	res.StealPercent = -1
+	if stealOK {
+		res.StealPercent = perf.StealPercent(steal1-steal0, elapsed)
+	}
 	per := func(a, b uint64) float64 { return math.Round(float64(b-a)/n*10) / 10 }
 	res.EvaluationsPerRequest = per(before.stats.Evaluations, after.stats.Evaluations)
 	res.MemoHitsPerRequest = per(before.stats.MemoHits, after.stats.MemoHits)

@@ -19,6 +19,7 @@
 package memo
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -82,33 +83,52 @@ func New[R any](o Options) *Memo[R] {
 	return &Memo[R]{opts: o, cur: newGeneration[R](), prev: newGeneration[R]()}
 }
 
-func hashOf(owner uint64, key *ast.Array) uint64 {
-	return uint64(key.Hash()) ^ (owner * 0x9e3779b97f4a7c15)
+// hashOf is the hash of (owner, the key of terms): the key's as an
+// ast.Array would hash it (the sum of its elements' hashes), mixed with
+// the owner.
+func hashOf(owner uint64, terms []*ast.Term) uint64 {
+	var h int
+	for _, t := range terms {
+		h += t.Value.Hash()
+	}
+	return uint64(h) ^ (owner * 0x9e3779b97f4a7c15)
 }
 
-// Entry finds or creates the entry of (owner, key). The key's size (Size)
-// is estimated only when the entry is created: lookups that find one, most
-// of them, never walk the key twice.
+// Entry finds or creates the entry of (owner, key).
 func (m *Memo[R]) Entry(owner uint64, key *ast.Array) *Entry[R] {
-	h := hashOf(owner, key)
+	terms := make([]*ast.Term, key.Len())
+	for i := range terms {
+		terms[i] = key.Elem(i)
+	}
+	return m.Find(owner, terms)
+}
+
+// Find finds or creates the entry of (owner, the key whose elements are
+// terms). terms may be the caller's buffer: the key is made of a copy, and
+// only when the entry is created, as is its size estimate (Size), so that
+// lookups that find one, most of them, neither allocate nor walk the key
+// twice.
+func (m *Memo[R]) Find(owner uint64, terms []*ast.Term) *Entry[R] {
+	h := hashOf(owner, terms)
 	m.mu.RLock()
-	e := m.cur.find(h, owner, key)
+	e := m.cur.find(h, owner, terms)
 	m.mu.RUnlock()
 	if e != nil {
 		return e
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.cur.find(h, owner, key); e != nil {
+	if e := m.cur.find(h, owner, terms); e != nil {
 		return e
 	}
-	if e := m.prev.find(h, owner, key); e != nil {
+	if e := m.prev.find(h, owner, terms); e != nil {
 		m.prev.remove(e)
 		m.prev.results -= e.results
 		m.prev.bytes -= e.bytes
 		m.adopt(e)
 		return e
 	}
+	key := ast.NewArray(slices.Clone(terms)...)
 	e = &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(Size(key)) + entryOverhead}
 	m.adopt(e)
 	return e
@@ -138,13 +158,27 @@ func (m *Memo[R]) maybeRotate() {
 	m.rotations.Add(1)
 }
 
-func (g *generation[R]) find(h, owner uint64, key *ast.Array) *Entry[R] {
+func (g *generation[R]) find(h, owner uint64, terms []*ast.Term) *Entry[R] {
 	for _, e := range g.entries[h] {
-		if e.owner == owner && e.key.Compare(key) == 0 {
+		if e.owner == owner && equalKey(e.key, terms) {
 			return e
 		}
 	}
 	return nil
+}
+
+// equalKey reports whether key's elements are terms, as Rego compares
+// values (key.Compare of the array of terms is 0).
+func equalKey(key *ast.Array, terms []*ast.Term) bool {
+	if key.Len() != len(terms) {
+		return false
+	}
+	for i, t := range terms {
+		if ast.Compare(key.Elem(i).Value, t.Value) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *generation[R]) remove(e *Entry[R]) {

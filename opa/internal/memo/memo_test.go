@@ -113,3 +113,31 @@ func TestNamesStartOver(t *testing.T) {
 		t.Error("a class remembered under the old numbering was found under the new one")
 	}
 }
+
+// TestFindCopiesTheKey: Find takes the caller's buffer; the entry keeps a
+// copy, so reusing the buffer for the next key changes neither entry, and
+// Find and Entry agree on what a key is.
+func TestFindCopiesTheKey(t *testing.T) {
+	m := New[int](Options{})
+	buf := []*ast.Term{ast.StringTerm("a"), ast.IntNumberTerm(1)}
+	first := m.Find(7, buf)
+	m.Put(first, 0, 1, 8)
+	buf[0], buf[1] = ast.StringTerm("b"), ast.IntNumberTerm(2)
+	second := m.Find(7, buf)
+	if second == first {
+		t.Fatal("a different key found the first entry")
+	}
+	again := m.Find(7, []*ast.Term{ast.StringTerm("a"), ast.IntNumberTerm(1)})
+	if again != first {
+		t.Fatal("the first key no longer finds its entry after its buffer was reused")
+	}
+	if r, ok := again.Get(0); !ok || r != 1 {
+		t.Fatalf("the first entry holds %v, %v", r, ok)
+	}
+	if m.Entry(7, ast.NewArray(ast.StringTerm("b"), ast.IntNumberTerm(2))) != second {
+		t.Fatal("Entry and Find disagree on a key")
+	}
+	if m.Find(8, []*ast.Term{ast.StringTerm("a"), ast.IntNumberTerm(1)}) == first {
+		t.Fatal("another owner found the first entry")
+	}
+}
