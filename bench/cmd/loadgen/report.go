@@ -131,9 +131,9 @@ type Scenario struct {
 	// gave other guests during the measured requests (/proc/stat's steal,
 	// over every CPU); -1 where it cannot be read. Tails measured while
 	// it is high are the host's, not the service's.
-	StealPercent float64 `json:"stealPercent"`
-	RequestBytes     int64   `json:"requestBytes"`
-	ResponseBytes    int64   `json:"responseBytes"`
+	StealPercent  float64 `json:"stealPercent"`
+	RequestBytes  int64   `json:"requestBytes"`
+	ResponseBytes int64   `json:"responseBytes"`
 	// EvaluationsPerRequest, MemoHitsPerRequest and MemoMissesPerRequest
 	// are the deltas of the engine's Stats() (Evaluations: Rego queries
 	// run; MemoHits and MemoMisses: (pod, node, constraint) verdicts found
