@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -152,4 +153,32 @@ func churn(t *testing.T, d, pause time.Duration, workers int, work func(w, i int
 	for err := range errc {
 		t.Error(err)
 	}
+}
+
+// violationLines are the violations e finds for p on cands, one line each
+// ("node constraint message details"), in the answer's order.
+func violationLines(t testing.TB, e *opa.Engine, p map[string]any, cands []opa.Candidate) []string {
+	t.Helper()
+	pl, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, v := range pl.Nodes {
+		for _, x := range pl.Violations(i) {
+			out = append(out, fmt.Sprintf("%s %s %s %s", v.Name, x.Constraint.Name, x.Message, x.Details))
+		}
+	}
+	return out
+}
+
+// sameAsWithoutMemo fails t unless memo and exact (an engine without
+// memo) find the same violations for p, and gives memo's.
+func sameAsWithoutMemo(t testing.TB, memo, exact *opa.Engine, p map[string]any, cands []opa.Candidate) []string {
+	t.Helper()
+	got, want := violationLines(t, memo, p, cands), violationLines(t, exact, p, cands)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("pod %v:\n memo    %q\n no memo %q", p["metadata"], got, want)
+	}
+	return got
 }

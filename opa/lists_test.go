@@ -2,7 +2,6 @@ package opa_test
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -161,25 +160,9 @@ func TestListElementsPrintedNotKeyed(t *testing.T) {
 	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}}
 	shape := []bool{true, false, true}
 	limits := []bool{false, true, false}
-	messages := func(e *opa.Engine, p map[string]any) []string {
-		t.Helper()
-		pl, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for i, v := range pl.Nodes {
-			for _, x := range pl.Violations(i) {
-				out = append(out, fmt.Sprintf("%s %s %s %s", v.Name, x.Constraint.Name, x.Message, x.Details))
-			}
-		}
-		return out
-	}
 	check := func(p map[string]any) {
 		t.Helper()
-		if got, want := messages(memo, p), messages(exact, p); !reflect.DeepEqual(got, want) {
-			t.Errorf("pod %v:\n memo    %q\n no memo %q", p["metadata"], got, want)
-		}
+		sameAsWithoutMemo(t, memo, exact, p, cands)
 	}
 	check(listPod("job-a-x1", []any{"job-a", "sidecar", "job-a-helper"}, shape, limits, []any{"init-a"}))
 	before := memo.Stats().Evaluations

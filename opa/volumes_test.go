@@ -2,7 +2,6 @@ package opa_test
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -226,27 +225,9 @@ func TestVolumesNotKeyedOnTokenNames(t *testing.T) {
 	memo := volumeEngine(t, opa.Options{})
 	exact := volumeEngine(t, opa.Options{DisableMemo: true})
 	cands := []opa.Candidate{{Name: "n-1"}}
-	messages := func(e *opa.Engine, p map[string]any) []string {
-		t.Helper()
-		pl, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: cands})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for i := range pl.Nodes {
-			for _, x := range pl.Violations(i) {
-				out = append(out, fmt.Sprintf("%s %s %v", x.Constraint.Name, x.Message, x.Details))
-			}
-		}
-		return out
-	}
 	check := func(p map[string]any) []string {
 		t.Helper()
-		got, want := messages(memo, p), messages(exact, p)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("pod %v:\n memo    %q\n no memo %q", p["metadata"], got, want)
-		}
-		return got
+		return sameAsWithoutMemo(t, memo, exact, p, cands)
 	}
 	privileged := func(p map[string]any) {
 		spec(p)["containers"].([]any)[1].(map[string]any)["securityContext"] = map[string]any{"privileged": true}

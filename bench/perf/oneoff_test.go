@@ -19,18 +19,8 @@ import (
 //
 //	cd bench && go test -run '^$' -bench OneOffPod -benchtime 100x ./perf/
 func BenchmarkOneOffPod(b *testing.B) {
-	d := testDirs(b)
-	ps, err := LoadRealistic(d)
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := NewEngine(ctx, opa.Options{Parallelism: 1}, ps, append(Namespaces(), KubeletNodes.Nodes(50)...), 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { e.Close(ctx) })
-	cands := Candidates(50)
+	e, cands := realisticEngine(b)
 	s := NewStream(1, 0, 0)
 	for i := range 40 { // warm: the classes every one-off pod shares
 		if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: podMap(b, s.OneOff(i)), Candidates: cands}); err != nil {
@@ -73,6 +63,23 @@ func BenchmarkOneOffPod(b *testing.B) {
 		b.Logf("%-42s %s per pod (%s)", k, per(cost[k]), why[k])
 	}
 	b.Logf("%d constraints evaluated, %s per one-off pod in all", len(kinds), per(total))
+}
+
+// realisticEngine is an engine on the realistic mix with 50 kubelet-sized
+// nodes, evaluating on one core, and those nodes as candidates.
+func realisticEngine(tb testing.TB) (*opa.Engine, []opa.Candidate) {
+	tb.Helper()
+	ps, err := LoadRealistic(testDirs(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := NewEngine(ctx, opa.Options{Parallelism: 1}, ps, append(Namespaces(), KubeletNodes.Nodes(50)...), 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close(ctx) })
+	return e, Candidates(50)
 }
 
 func podMap(tb testing.TB, p Pod) map[string]any {

@@ -17,18 +17,8 @@ import (
 // joins host-path volumes and mounts by name, reads the mounts' names only
 // for a pod that has a host-path volume.
 func TestReplicasShareVerdicts(t *testing.T) {
-	d := testDirs(t)
-	ps, err := LoadRealistic(d)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := NewEngine(ctx, opa.Options{Parallelism: 1}, ps, append(Namespaces(), KubeletNodes.Nodes(50)...), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(ctx) })
-	cands := Candidates(50)
+	e, cands := realisticEngine(t)
 	s := NewStream(1, 0, 0)
 	for i := range 4 * len(ReplicaSets) { // warm every ReplicaSet's classes
 		if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: podMap(t, s.Replica(i%len(ReplicaSets), i)), Candidates: cands}); err != nil {

@@ -274,12 +274,16 @@ var RealisticNamespaceLabels = map[string]string{"env": "prod", "team": "shop"}
 // spot-a/spot-b; alpha-spot stays denied by tenant-nodes). Every eighth
 // pod (i%8 == 7) is a node-agent that uses the host network:
 // privileged-system-pool (deny) lets it run only on the system pool.
+// Every pod has the token volume ServiceAccount admission would give it
+// (the harness's API server runs without that plugin): named
+// kube-api-access-<5 characters> per pod, mounted in its container.
 func RealisticPod(ns string, i int) *corev1.Pod {
 	app := fmt.Sprintf("rs-%d", i%4)
 	if i%8 == 7 {
 		app = "node-agent"
 	}
 	p := cluster.PausePod(ns, fmt.Sprintf("p-%04d", i), map[string]string{"app": app})
+	addTokenVolume(p, i)
 	switch {
 	case app == "node-agent":
 		p.Spec.HostNetwork = true
@@ -288,4 +292,34 @@ func RealisticPod(ns string, i int) *corev1.Pod {
 		p.Spec.Tolerations = []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	}
 	return p
+}
+
+// addTokenVolume gives p pod i's token volume, as ServiceAccount
+// admission makes it: a projected token, the cluster's CA and the
+// namespace, named kube-api-access-<suffix>, mounted read-only in every
+// container at the service account path.
+func addTokenVolume(p *corev1.Pod, i int) {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	n := uint64(i) * 0x9e3779b97f4a7c15
+	suffix := make([]byte, 5)
+	for j := range suffix {
+		suffix[j] = alphabet[n%uint64(len(alphabet))]
+		n /= uint64(len(alphabet))
+	}
+	name := "kube-api-access-" + string(suffix)
+	expiry, mode := int64(3607), int32(420)
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: &mode,
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: &expiry, Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}})
+	for c := range p.Spec.Containers {
+		p.Spec.Containers[c].VolumeMounts = append(p.Spec.Containers[c].VolumeMounts,
+			corev1.VolumeMount{Name: name, ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
+	}
 }

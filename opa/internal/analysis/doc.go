@@ -42,6 +42,20 @@
 //     as Rego binds it, and so are objects of the containers by name
 //     (`input_containers[c.name] = c`, seccomp v2), whose keys the engine
 //     checks distinct at run time (DistinctKeys; lists.go);
+//   - lists inside an element are read element by element too (a
+//     container's ports or mounts: nested Each); a value compared with a
+//     list set's elements forks per list like a binding (listCompare); the
+//     bindings in a comprehension's body make elements, the variables it
+//     shares with the rule around it being bound there (comprehension);
+//   - a truth test `x[k]` reads the keys of x whose values hold (Keys): the
+//     volume types of `{x | volumes[_][x]}`, not the volumes' names;
+//   - a list set whose definitions only test fields of the element
+//     (`has_field(v, "hostPath")`) is read for its members only
+//     (EachWhere), and what a body reads after binding a member is read
+//     only for a review whose list has one (When, conditional reads);
+//     functions are analysed apart, parameters unbound, only when no call
+//     analysed them in place (functionsApart), so that their reads carry
+//     their calls' conditions;
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
 //     succeeds: its reads are dropped (dead.go);
@@ -56,7 +70,9 @@
 //
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object that nothing binds
-// (`spec[field][_]` alone), or inside an element (`c.ports[_]`), is read
-// whole, and a printed value that a key is made of (a container's name in
-// an annotation key: AppArmor, seccomp) is read.
+// (`spec[field][_]` alone) is read whole; a printed value that a key is
+// made of (a container's name in an annotation key: AppArmor, seccomp) is
+// read; a value read only through a boolean helper (an image through
+// is_exempt with exemptImages given) is read whole, not as the helper's
+// result.
 package analysis

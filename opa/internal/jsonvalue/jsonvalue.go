@@ -25,7 +25,11 @@ const MaxDepth = 10000
 
 // Parse reads one JSON value, with only whitespace around it.
 func Parse(b []byte) (ast.Value, error) {
-	p := parser{b: b}
+	return parse(parser{b: b})
+}
+
+// parse reads p's document: one JSON value, with only whitespace around.
+func parse(p parser) (ast.Value, error) {
 	p.skipSpace()
 	t, err := p.value(0)
 	if err != nil {

@@ -64,18 +64,7 @@ func NewShared(limits SharedLimits) *Shared {
 func (s *Shared) Parse(b []byte) (ast.Value, error) {
 	buf := endsPool.Get().(*[]int32)
 	defer endsPool.Put(buf)
-	ends := spans(b, buf)
-	p := parser{b: b, shared: s, ends: ends}
-	p.skipSpace()
-	t, err := p.value(0)
-	if err != nil {
-		return nil, err
-	}
-	p.skipSpace()
-	if p.i != len(p.b) {
-		return nil, p.errorf("unexpected data after the JSON value")
-	}
-	return t.Value, nil
+	return parse(parser{b: b, shared: s, ends: spans(b, buf)})
 }
 
 var endsPool = sync.Pool{New: func() any { return new([]int32) }}
