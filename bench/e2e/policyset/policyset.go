@@ -308,6 +308,7 @@ func addTokenVolume(p *corev1.Pod, i int) {
 	}
 	name := "kube-api-access-" + string(suffix)
 	expiry, mode := int64(3607), int32(420)
+	p.Spec.ServiceAccountName = "default" // a token source needs one; admission sets it
 	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		DefaultMode: &mode,
 		Sources: []corev1.VolumeProjection{
