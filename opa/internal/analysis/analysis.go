@@ -611,19 +611,25 @@ func varsOutside(r *ast.Rule, node any) (map[ast.Var]bool, bool) {
 }
 
 // keysTest reads a truth test `x[k]` (t, a lone expression), k a
-// variable, x an exact input path (through Each or not), as the keys of x
+// variable, x an exact input path (through Each or not, written out or
+// through a variable bound to one), as the keys of x
 // whose values hold (Keys): the test succeeds for k exactly those, so they
-// are all the test can tell, whether k is bound before or bound by it.
+// are all the test can tell, whether k is bound before or bound by it. A k
+// whose origin the analysis knows (a constant, such as has_field's field,
+// or an input value) is left to resolve, which reads that one key.
 // The volume types template's `{x | input.review.object.spec.volumes[_][x];
 // x != "name"}` reads each volume's types, not its name. It reports
 // whether it read t.
 func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool {
 	ref, ok := t.Value.(ast.Ref)
-	if !ok || len(ref) < 3 || !ref[0].Equal(ast.InputRootDocument) {
+	if !ok || len(ref) < 2 {
 		return false
 	}
-	if _, isVar := ref[len(ref)-1].Value.(ast.Var); !isVar {
+	if head, isVar := ref[0].Value.(ast.Var); !isVar || (!ref[0].Equal(ast.InputRootDocument) && !hasOrigin(env, head)) {
 		return false
+	}
+	if k, isVar := ref[len(ref)-1].Value.(ast.Var); !isVar || hasOrigin(env, k) {
+		return false // a key with a known origin (a constant: has_field's field) is read as itself
 	}
 	base := ast.NewTerm(ref[:len(ref)-1])
 	reads, why := len(z.reads), len(z.why)
@@ -637,6 +643,11 @@ func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool
 	z.walk(ref[len(ref)-1], env, depth)
 	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), o.path...), Keys), exact: true})
 	return true
+}
+
+func hasOrigin(env map[ast.Var]origin, v ast.Var) bool {
+	_, ok := env[v]
+	return ok
 }
 
 // maxFanOut bounds the constant keys fanOut reads one by one.

@@ -152,6 +152,11 @@ func TestAnalyzeLists(t *testing.T) {
 			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(keys)", "input.review.object.metadata.name (message only)"},
 		},
 		{
+			name:  "the keys of an element bound to a variable",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nv := input.review.object.spec.volumes[_]\nv[k]\nnot k in {\"name\", \"emptyDir\"}\n}",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(keys)"},
+		},
+		{
 			name:  "the values of each element, not only their truth: the element whole",
 			rego:  "violation contains {\"msg\": \"x\"} if {\nvs := {v | v := input.review.object.spec.volumes[_][x]; x != \"name\"}\ncount(vs) > 2\n}",
 			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_][_]"},
