@@ -639,7 +639,7 @@ func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
 			}
 			arr, ok := lookupInput(review, p[:j]).Value.(*ast.Array)
 			if !ok {
-				continue // absent, or not a list: read whole (wholeListKey)
+				continue // absent, or not a list: read whole (wholeValue)
 			}
 			for i := range arr.Len() {
 				if t := lookup(arr.Elem(i).Value, p[j+1:]); t != undefinedTerm {

@@ -408,11 +408,14 @@ func lookup(v ast.Value, path []*ast.Term) *ast.Term {
 	return ast.NewTerm(found)
 }
 
-// wholeListKey marks, in a key, a value found where a path through
-// analysis.Each expected an array: it is keyed as the set {wholeListKey,
-// value}, which no JSON value can be, so that it never equals the
-// element-wise array of another review.
-var wholeListKey = ast.StringTerm("not an array")
+// wholeValue is, in a key, a value found where a path through
+// analysis.Each expected an array, or analysis.Keys an object: it is keyed
+// whole, as the call term $whole(value), which no JSON value, element-wise
+// array or key list can be, so that it never equals what another review
+// reads there.
+func wholeValue(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
+
+var wholeMarker = ast.VarTerm("$whole")
 
 // lookupEach is the value of list/Each/rest: the array of each element's
 // value at rest (undefinedTerm where an element has none; true for
@@ -427,7 +430,7 @@ func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast
 		if t == undefinedTerm {
 			return t
 		}
-		return ast.SetTerm(wholeListKey, t)
+		return wholeValue(t)
 	}
 	elems := make([]*ast.Term, 0, arr.Len())
 	for i := range arr.Len() {
@@ -454,24 +457,24 @@ func passes(el ast.Value, filter [][]*ast.Term) bool {
 	return true
 }
 
-// lookupKeys is the value of path/Keys, t the value at path: the set of
-// the keys of an object whose values are defined and not false, or, for
-// any other value, the array [wholeListKey, value], which no set equals.
+// lookupKeys is the value of path/Keys, t the value at path: the array,
+// in Rego's order, of the keys of an object whose values are defined and
+// not false, or, for any other value, that value whole (wholeValue).
 func lookupKeys(t *ast.Term) *ast.Term {
 	obj, ok := t.Value.(ast.Object)
 	if !ok {
 		if t == undefinedTerm {
 			return t
 		}
-		return ast.ArrayTerm(wholeListKey, t)
+		return wholeValue(t)
 	}
-	keys := ast.NewSet()
-	obj.Foreach(func(k, v *ast.Term) {
+	keys := make([]*ast.Term, 0, obj.Len())
+	obj.Foreach(func(k, v *ast.Term) { // sorted: one order for equal key sets
 		if truthy(v) {
-			keys.Add(k)
+			keys = append(keys, k)
 		}
 	})
-	return ast.NewTerm(keys)
+	return ast.ArrayTerm(keys...)
 }
 
 // podReview is the Pod CREATE review a template sees: the AdmissionRequest's

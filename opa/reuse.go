@@ -85,11 +85,12 @@ func (c *podCache) find(d podDigest, b []byte) *Pod {
 }
 
 func (c *podCache) add(d podDigest, b []byte, p *Pod) {
-	src := bytes.Clone(b)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := &c.pods[c.next]
-	e.digest, e.src, e.pod = d, src, p
+	// The evicted entry's buffer takes the copy: only find reads it, under
+	// the lock, and a decoded pod holds none of its bytes.
+	e.digest, e.src, e.pod = d, append(e.src[:0], b...), p
 	c.next = (c.next + 1) % recentPods
 }
 

@@ -263,6 +263,12 @@ func Size(v ast.Value) int {
 		n := 48
 		x.Foreach(func(t *ast.Term) { n += 32 + Size(t.Value) })
 		return n
+	case ast.Call: // the engine's marker of a value keyed whole
+		n := 24
+		for _, t := range x {
+			n += 16 + Size(t.Value)
+		}
+		return n
 	}
 	return 16
 }
