@@ -297,7 +297,9 @@ func RealisticPod(ns string, i int) *corev1.Pod {
 // addTokenVolume gives p pod i's token volume, as ServiceAccount
 // admission makes it: a projected token, the cluster's CA and the
 // namespace, named kube-api-access-<suffix>, mounted read-only in every
-// container at the service account path.
+// container at the service account path. The name's suffix is drawn as
+// bench/perf's tokenVolume draws it (that module is not a dependency of
+// this one, and is heavy: Gatekeeper's framework).
 func addTokenVolume(p *corev1.Pod, i int) {
 	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
 	n := uint64(i) * 0x9e3779b97f4a7c15

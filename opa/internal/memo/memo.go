@@ -94,15 +94,6 @@ func hashOf(owner uint64, terms []*ast.Term) uint64 {
 	return uint64(h) ^ (owner * 0x9e3779b97f4a7c15)
 }
 
-// Entry finds or creates the entry of (owner, key).
-func (m *Memo[R]) Entry(owner uint64, key *ast.Array) *Entry[R] {
-	terms := make([]*ast.Term, key.Len())
-	for i := range terms {
-		terms[i] = key.Elem(i)
-	}
-	return m.Find(owner, terms)
-}
-
 // Find finds or creates the entry of (owner, the key whose elements are
 // terms). terms may be the caller's buffer: the key is made of a copy, and
 // only when the entry is created, as is its size estimate (Size), so that
