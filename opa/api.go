@@ -234,18 +234,22 @@ type ConstraintStatus struct {
 
 // Stats are monotonic counters and gauges for metrics; read with Stats().
 type Stats struct {
-	Evaluations      uint64 // Rego evaluations run
-	MemoHits         uint64
-	MemoMisses       uint64
-	MemoResults      int    // results held now
-	MemoBytes        int64  // their estimated size
-	MemoRotations    uint64 // times the memo dropped its older half
-	AnswersReused    uint64 // answers given from a kept one (reuse.go): prioritize after filter
-	EvalErrors       uint64 // evaluations that failed (turned into violations)
-	CompileErrors    uint64 // templates rejected
-	ConstraintErrors uint64 // constraints rejected
-	PolicyGeneration uint64
-	LastApply        time.Time // last successful policy or inventory change
+	Evaluations uint64 // Rego evaluations run
+	// HelperEvaluations are the evaluations of a template's function
+	// alone, for a memo key made of its answer (is_exempt on an image
+	// new to the engine), not counted in Evaluations.
+	HelperEvaluations uint64
+	MemoHits          uint64
+	MemoMisses        uint64
+	MemoResults       int    // results held now
+	MemoBytes         int64  // their estimated size
+	MemoRotations     uint64 // times the memo dropped its older half
+	AnswersReused     uint64 // answers given from a kept one (reuse.go): prioritize after filter
+	EvalErrors        uint64 // evaluations that failed (turned into violations)
+	CompileErrors     uint64 // templates rejected
+	ConstraintErrors  uint64 // constraints rejected
+	PolicyGeneration  uint64
+	LastApply         time.Time // last successful policy or inventory change
 }
 
 // ObjectRef identifies an object for removal.

@@ -78,9 +78,11 @@ type Engine struct {
 	// nodeIndex finds inventory Nodes by name (nodeindex.go).
 	nodeIndex nodeIndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
-	memo  *memo.Memo[[]result]
-	names *memo.Names
-	ph    *placeholders
+	memo *memo.Memo[[]result]
+	// helpers holds the answers of helpers keyed apart (helper.go).
+	helpers *memo.Memo[bool]
+	names   *memo.Names
+	ph      *placeholders
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
@@ -106,6 +108,7 @@ type Engine struct {
 
 	stats struct {
 		evaluations, memoHits, memoMisses, evalErrors atomic.Uint64
+		helperEvaluations                             atomic.Uint64
 		compileErrors, constraintErrors               atomic.Uint64
 		lastApply                                     atomic.Int64
 	}
@@ -144,6 +147,8 @@ type compiledTemplate struct {
 	// some rule has none): a pod failing one of every rule's is not
 	// evaluated (see request.guardFails).
 	guards [][]analysis.Guard
+	// helpers are the queries of the helpers its constraints key apart.
+	helpers helperQueries
 }
 
 type boundConstraint struct {
@@ -165,6 +170,10 @@ type boundConstraint struct {
 	// paths, so that a request looks each path up once for all the
 	// constraints that read it (request.keyCache).
 	keyPathIDs []int
+	// keyHelpers are, by key path, the helpers of the paths that end in
+	// one (nil for the others; helper.go). Such paths are looked up per
+	// constraint (their keyPathIDs are -1): their answers are its own.
+	keyHelpers []*keyHelper
 	// podMsgs and nodeMsgs are the printed paths of the pod's review and
 	// of the node; nameMsg the candidate's name when it is printed.
 	podMsgs, nodeMsgs []msgSlot
@@ -190,8 +199,17 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
 			continue
 		}
+		h, err := e.helperOf(ct, bc, len(bc.keyInputPaths), p)
+		if err != nil {
+			return nil, err
+		}
+		id := -1
+		if h == nil {
+			id = e.keyPaths.id(analysis.PathString(p))
+		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		bc.keyPathIDs = append(bc.keyPathIDs, e.keyPaths.id(analysis.PathString(p)))
+		bc.keyPathIDs = append(bc.keyPathIDs, id)
+		bc.keyHelpers = append(bc.keyHelpers, h)
 	}
 	for _, m := range bc.analysis.Messages {
 		idx, text := e.ph.of(m.Root, m.Path)
@@ -231,6 +249,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		userInfo:    ast.NewTerm(userInfo),
 		memo:        memo.New[[]result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
+		helpers:     memo.New[bool](helperMemoOptions),
 		ph:          newPlaceholders(),
 		names:       memo.NewNames(maxNodeClasses),
 		opts:        opts,

@@ -710,6 +710,10 @@ func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) 
 	b := r.buffers()
 	terms := b.key[:0]
 	for k, path := range bc.keyInputPaths {
+		if h := bc.keyHelpers[k]; h != nil {
+			terms = append(terms, r.helperKey(h, review, path))
+			continue
+		}
 		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, path))
 	}
 	terms = append(terms, pod.key...)

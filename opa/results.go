@@ -347,6 +347,11 @@ func sortResults(out []result) {
 // lookupInput finds path in the input {review, parameters}: paths other
 // than review.* are constant or absent for a constraint.
 func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
+	return lookupInputThen(review, path, nil)
+}
+
+// lookupInputThen is lookupInput with lookupThen's leaf.
+func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if list, filter, rest, ok := analysis.Condition(path); ok {
 		if !hasMember(review, list, filter) {
 			return notReadKey
@@ -356,7 +361,7 @@ func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
 	if len(path) == 0 || !path[0].Equal(termReview) {
 		return undefinedTerm
 	}
-	return lookup(review.Value, path[1:])
+	return lookupThen(review.Value, path[1:], leaf)
 }
 
 // notReadKey is, in a key, the value of a conditional path
@@ -388,15 +393,23 @@ func truthy(t *ast.Term) bool {
 	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
 }
 
-func lookup(v ast.Value, path []*ast.Term) *ast.Term {
+func lookup(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
+
+// lookupThen is lookup, with leaf (when not nil) giving the key of each
+// value found at the end of path in place of the value itself: the
+// answer of a helper on it (analysis.Helper, helper.go).
+func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if v == nil {
 		return undefinedTerm
 	}
 	if len(path) == 0 {
+		if leaf != nil {
+			return leaf(v)
+		}
 		return ast.NewTerm(v)
 	}
 	if j := analysis.EachAt(path); j >= 0 {
-		return lookupEach(v, path[:j], analysis.EachFilter(path[j]), path[j+1:])
+		return lookupEach(v, path[:j], analysis.EachFilter(path[j]), path[j+1:], leaf)
 	}
 	if n := len(path) - 1; analysis.IsKeys(path[n]) {
 		return lookupKeys(lookup(v, path[:n]))
@@ -404,6 +417,9 @@ func lookup(v ast.Value, path []*ast.Term) *ast.Term {
 	found, err := v.Find(ast.Ref(path))
 	if err != nil {
 		return undefinedTerm
+	}
+	if leaf != nil {
+		return leaf(found)
 	}
 	return ast.NewTerm(found)
 }
@@ -423,7 +439,7 @@ var wholeMarker = ast.VarTerm("$whole")
 // whole. With a filter (analysis.EachWhere) only the elements whose
 // values at every filter path hold (defined and not false) are in the
 // array.
-func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term) *ast.Term {
+func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	t := lookup(v, list)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
@@ -441,7 +457,7 @@ func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast
 		if len(rest) == 1 && analysis.IsLen(rest[0]) {
 			elems = append(elems, ast.InternedTerm(true))
 		} else {
-			elems = append(elems, lookup(el, rest))
+			elems = append(elems, lookupThen(el, rest, leaf))
 		}
 	}
 	return ast.ArrayTerm(elems...)

@@ -90,17 +90,18 @@ func (st *constraintState) currentOrNil() *constraint {
 func (e *Engine) Stats() Stats {
 	ms := e.memo.Stats()
 	s := Stats{
-		MemoResults:      ms.Results,
-		MemoBytes:        ms.Bytes,
-		MemoRotations:    ms.Rotations,
-		AnswersReused:    e.recent.reused.Load(),
-		Evaluations:      e.stats.evaluations.Load(),
-		MemoHits:         e.stats.memoHits.Load(),
-		MemoMisses:       e.stats.memoMisses.Load(),
-		EvalErrors:       e.stats.evalErrors.Load(),
-		CompileErrors:    e.stats.compileErrors.Load(),
-		ConstraintErrors: e.stats.constraintErrors.Load(),
-		PolicyGeneration: e.snap.Load().generation,
+		MemoResults:       ms.Results,
+		MemoBytes:         ms.Bytes,
+		MemoRotations:     ms.Rotations,
+		AnswersReused:     e.recent.reused.Load(),
+		Evaluations:       e.stats.evaluations.Load(),
+		HelperEvaluations: e.stats.helperEvaluations.Load(),
+		MemoHits:          e.stats.memoHits.Load(),
+		MemoMisses:        e.stats.memoMisses.Load(),
+		EvalErrors:        e.stats.evalErrors.Load(),
+		CompileErrors:     e.stats.compileErrors.Load(),
+		ConstraintErrors:  e.stats.constraintErrors.Load(),
+		PolicyGeneration:  e.snap.Load().generation,
 	}
 	if ns := e.stats.lastApply.Load(); ns != 0 {
 		s.LastApply = time.Unix(0, ns)

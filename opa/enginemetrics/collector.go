@@ -34,6 +34,7 @@ type Collector struct {
 	engine Engine
 
 	evaluations, memoHits, memoMisses, evalErrors        *prometheus.Desc
+	helperEvaluations                                    *prometheus.Desc
 	memoResults, memoBytes, memoRotations, answersReused *prometheus.Desc
 	compileErrors, constraintErrors                      *prometheus.Desc
 	generation, lastApply, inventory                     *prometheus.Desc
@@ -50,29 +51,30 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, constLabels)
 	}
 	return &Collector{
-		engine:           e,
-		evaluations:      d("evaluations_total", "Rego evaluations run by the engine."),
-		memoHits:         d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
-		memoMisses:       d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
-		memoResults:      d("memo_results", "Verdicts the engine's memo holds now (bounded by results and bytes)."),
-		memoBytes:        d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
-		memoRotations:    d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
-		answersReused:    d("answers_reused_total", "Answers given from the engine's answer to the same pod moments before (prioritize after filter), restricted to the request's nodes."),
-		evalErrors:       d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
-		compileErrors:    d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
-		constraintErrors: d("constraint_errors_total", "Constraints the engine rejected."),
-		generation:       d("policy_generation", "Generation of the policy set in force."),
-		lastApply:        d("last_policy_apply_timestamp_seconds", "Unix time of the last successful policy or inventory change (0 before the first)."),
-		inventory:        d("inventory_objects", "Objects in the engine's inventory (data.inventory), by group_version and kind.", "group_version", "kind"),
-		templates:        d("constraint_templates", "ConstraintTemplates by status: active (newest version in force), error (newest version refused), inactive.", "status"),
-		constraints:      d("constraints", "Constraints by enforcement action here (none: scoped to other enforcement points) and status: active, error (refused), inactive (no template in force).", "enforcement_action", "status"),
+		engine:            e,
+		evaluations:       d("evaluations_total", "Rego evaluations run by the engine."),
+		helperEvaluations: d("helper_evaluations_total", "Evaluations of a template's function alone (is_exempt on an image new to the engine), whose answer keys the memo in place of what the function reads."),
+		memoHits:          d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
+		memoMisses:        d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
+		memoResults:       d("memo_results", "Verdicts the engine's memo holds now (bounded by results and bytes)."),
+		memoBytes:         d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
+		memoRotations:     d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
+		answersReused:     d("answers_reused_total", "Answers given from the engine's answer to the same pod moments before (prioritize after filter), restricted to the request's nodes."),
+		evalErrors:        d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
+		compileErrors:     d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
+		constraintErrors:  d("constraint_errors_total", "Constraints the engine rejected."),
+		generation:        d("policy_generation", "Generation of the policy set in force."),
+		lastApply:         d("last_policy_apply_timestamp_seconds", "Unix time of the last successful policy or inventory change (0 before the first)."),
+		inventory:         d("inventory_objects", "Objects in the engine's inventory (data.inventory), by group_version and kind.", "group_version", "kind"),
+		templates:         d("constraint_templates", "ConstraintTemplates by status: active (newest version in force), error (newest version refused), inactive.", "status"),
+		constraints:       d("constraints", "Constraints by enforcement action here (none: scoped to other enforcement points) and status: active, error (refused), inactive (no template in force).", "enforcement_action", "status"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.evaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
+		c.evaluations, c.helperEvaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
 		c.memoResults, c.memoBytes, c.memoRotations, c.answersReused,
 		c.constraintErrors, c.generation, c.lastApply, c.inventory, c.templates, c.constraints,
 	} {
@@ -87,6 +89,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 	counter(c.evaluations, st.Evaluations)
+	counter(c.helperEvaluations, st.HelperEvaluations)
 	counter(c.memoHits, st.MemoHits)
 	counter(c.memoMisses, st.MemoMisses)
 	counter(c.memoRotations, st.MemoRotations)

@@ -19,6 +19,9 @@ type origin struct {
 	// below counts the levels under path that every read through an
 	// inexact origin reaches at least (spec[field][_] is 2 below spec).
 	below int
+	// viaArg: the path is reached through the argument of a call that
+	// helperTest reads as a Helper, not from input itself.
+	viaArg bool
 }
 
 func (o origin) extend(ts ...*ast.Term) origin {
@@ -44,7 +47,7 @@ func (o origin) extend(ts ...*ast.Term) origin {
 	p := make([]*ast.Term, 0, len(o.path)+len(ts))
 	p = append(p, o.path...)
 	p = append(p, ts...)
-	return origin{root: o.root, path: p, exact: o.exact}
+	return origin{root: o.root, path: p, exact: o.exact, viaArg: o.viaArg}
 }
 
 func find(v ast.Value, path []*ast.Term) (ast.Value, bool) {
@@ -127,6 +130,11 @@ type analyzer struct {
 	inlined, bailed map[*ast.Rule]bool
 	// quiet counts the analyses whose reads are dropped after (checks).
 	quiet int
+	// bails counts the calls not followed (bailed), helping the helpers
+	// being analysed for helperTest, and helperRaw are the reads of the
+	// helpers read as Helper (see helper.go).
+	bails, helping int
+	helperRaw      [][]*ast.Term
 	// current is the rule whose body is being analysed (for comprehensions:
 	// which variables are bound outside them).
 	current *ast.Rule
@@ -367,6 +375,9 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 		}
 	}
 	if e.IsCall() {
+		if z.helperTest(e, env, seen, depth) {
+			return
+		}
 		if len(e.With) == 0 && !e.Negated {
 			z.call(e.Operator(), e.Operands(), env, seen, depth, sc)
 		} else {
@@ -549,8 +560,8 @@ func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]or
 		return origin{}, false
 	}
 	z.walk(rest[i], env, depth)
-	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), list...), Each, Len), exact: true})
-	return z.follow(origin{root: Input, path: append(list, Each), exact: true}, rest[i+1:], env, depth), true
+	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), list...), Each, Len), exact: true, viaArg: base.viaArg})
+	return z.follow(origin{root: Input, path: append(list, Each), exact: true, viaArg: base.viaArg}, rest[i+1:], env, depth), true
 }
 
 // comprehension analyses a comprehension's body as a rule body, on a copy
@@ -641,7 +652,7 @@ func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool
 		return false
 	}
 	z.walk(ref[len(ref)-1], env, depth)
-	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), o.path...), Keys), exact: true})
+	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), o.path...), Keys), exact: true, viaArg: o.viaArg})
 	return true
 }
 
@@ -999,6 +1010,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		for _, r := range rules {
 			for x := r; x != nil; x = x.Else {
 				z.bailed[x] = true // its reads are read apart (functionsApart)
+				z.bails++
 			}
 		}
 		return
@@ -1016,6 +1028,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 					z.walk(a, env, depth)
 				}
 				z.bailed[x] = true
+				z.bails++
 				continue
 			}
 			if z.quiet == 0 {

@@ -178,7 +178,7 @@ func TestAnalyze(t *testing.T) {
 		{
 			name:  "literal argument bound: has_field(spec, \"securityContext\")",
 			rego:  "violation contains {\"msg\": \"x\"} if {\nspec := input.review.object.spec\nnot has_field(spec, \"securityContext\")\n}\nhas_field(o, f) if { o[f] }",
-			reads: []string{`input.review.object.spec.securityContext`},
+			reads: []string{"input.review.object.spec.(has_field(_, \"securityContext\") on .securityContext)"},
 			class: PerPodClass,
 		},
 		{

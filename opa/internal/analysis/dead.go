@@ -100,16 +100,17 @@ func isHarmless(e *ast.Expr) bool {
 
 // analysisMark is where the recorded reads stood, for reset.
 type analysisMark struct {
-	reads, exists, messages, why int
-	inv, allNodes, nondet        bool
+	reads, exists, messages, why, helperRaw int
+	inv, allNodes, nondet                   bool
 }
 
 func (z *analyzer) mark() analysisMark {
-	return analysisMark{len(z.reads), len(z.exists), len(z.messages), len(z.why), z.inv, z.allNodes, z.nondet}
+	return analysisMark{len(z.reads), len(z.exists), len(z.messages), len(z.why), len(z.helperRaw), z.inv, z.allNodes, z.nondet}
 }
 
 // reset forgets what was recorded since m.
 func (z *analyzer) reset(m analysisMark) {
 	z.reads, z.exists, z.messages, z.why = z.reads[:m.reads], z.exists[:m.exists], z.messages[:m.messages], z.why[:m.why]
+	z.helperRaw = z.helperRaw[:m.helperRaw]
 	z.inv, z.allNodes, z.nondet = m.inv, m.allNodes, m.nondet
 }

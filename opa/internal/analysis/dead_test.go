@@ -35,13 +35,13 @@ func TestDeadBodies(t *testing.T) {
 		},
 		{
 			name: "exemptImages given: the image decides", rego: privileged, params: `{"exemptImages": ["safe/*"]}`,
-			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].securityContext.privileged", containers + "[_].name (message only)"},
+			reads: []string{containers + "[_].(count)", containers + "[_].(is_exempt(_) on .image)", containers + "[_].securityContext.privileged", containers + "[_].name (message only)"},
 		},
 		{
 			name:   "a call before the empty iteration may fail: kept",
 			rego:   "violation contains {\"msg\": \"x\"} if {\nf(input.review.object.spec.hostNetwork)\n}\nf(x) if {\ny := g(x)\nitems := object.get(input.parameters, \"items\", [])\nitems[_] == y\n}\ng(x) := 1 if x\ng(x) := 2 if x",
 			params: `{}`,
-			reads:  []string{"input.review.object.spec.hostNetwork"},
+			reads:  []string{"input.review.object.spec.hostNetwork.(f(_) on (whole))"},
 		},
 		{
 			name:   "an empty constant object, looked up",

@@ -361,6 +361,7 @@ func (z *analyzer) result() *Result {
 				// condition holds: the printed value is read (related).
 				continue
 			case related(paths, m.o.path),
+				m.o.root == Input && related(z.helperRaw, m.o.path), // a helper must see it (helper.go)
 				m.o.root == Input && !isName && PrefixRelated(m.o.path, NodeNamePath),
 				z.inv && (m.o.root == Node || isName):
 				if z.inv && (m.o.root == Node || isName) {

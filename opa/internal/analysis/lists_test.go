@@ -39,7 +39,7 @@ func TestAnalyzeLists(t *testing.T) {
 		{
 			name:  "a helper reads below the element",
 			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nnot exempt(c)\nmsg := sprintf(\"%v\", [c.name])\n}\nexempt(x) if startswith(x.image, \"ok/\")",
-			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].name (message only)"},
+			reads: []string{containers + "[_].(count)", containers + "[_].(exempt(_) on .image)", containers + "[_].name (message only)"},
 		},
 		{
 			name:  "the name in a condition is keyed",
@@ -174,7 +174,7 @@ func TestAnalyzeLists(t *testing.T) {
 		{
 			name:  "a set filtered by field tests: what its elements print or pass on is read for its members only (flexvolume)",
 			rego:  "violation contains {\"msg\": msg} if {\nv := flex[_]\nnot v.flexVolume.driver == \"ok\"\nmsg := sprintf(\"%v in %v\", [v, input.review.object.metadata.name])\n}\nflex contains v if {\nv := input.review.object.spec.volumes[_]\nhas_field(v, \"flexVolume\")\n}\nhas_field(object, field) := true if { object[field] }",
-			reads: []string{"input.review.object.spec.volumes[_ where .flexVolume]", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].flexVolume", "input.review.object.metadata.name (message only)"},
+			reads: []string{"input.review.object.spec.volumes[_ where .flexVolume]", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(has_field(_, \"flexVolume\") on .flexVolume)", "input.review.object.metadata.name (message only)"},
 		},
 		{
 			name:  "a set filtered by a lone field test: the test reads the field, which holds what is read below it",
@@ -189,7 +189,7 @@ func TestAnalyzeLists(t *testing.T) {
 		{
 			name: "after a filtered member's binding, reads count only if the list has a member (host-filesystem)",
 			rego: "violation contains {\"msg\": msg} if {\nv := hp[_]\nwriteable(v.name)\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}\nwriteable(n) if {\nm := " + containers + "[_].volumeMounts[_]\nm.name == n\nnot m.readOnly\n}" + hostPathSet,
-			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(has_field(_, \"hostPath\") on .hostPath)",
 				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
 				containers + "[_].(count) (if input.review.object.spec.volumes[_ where .hostPath] has one)",
 				containers + "[_].volumeMounts[_].(count) (if input.review.object.spec.volumes[_ where .hostPath] has one)",
@@ -200,14 +200,14 @@ func TestAnalyzeLists(t *testing.T) {
 		{
 			name: "what is read before the binding, or also elsewhere, is read whatever the pod",
 			rego: "violation contains {\"msg\": \"x\"} if {\nnot input.review.object.spec.hostNetwork\nv := hp[_]\nwriteable(v.name)\n}\nviolation contains {\"msg\": \"y\"} if {\nwriteable(\"tmp\")\n}\nwriteable(n) if {\nm := " + containers + "[_].volumeMounts[_]\nm.name == n\nnot m.readOnly\n}" + hostPathSet,
-			reads: []string{"input.review.object.spec.hostNetwork", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+			reads: []string{"input.review.object.spec.hostNetwork", "input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(has_field(_, \"hostPath\") on .hostPath)",
 				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
 				containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].name", containers + "[_].volumeMounts[_].readOnly"},
 		},
 		{
 			name: "a function no call follows is read apart, whatever the pod",
 			rego: "violation contains {\"msg\": \"x\"} if {\nv := hp[_]\nf1(v.name)\n}\nf1(n) if f2(n)\nf2(n) if f3(n)\nf3(n) if f4(n)\nf4(n) if f5(n)\nf5(n) if f6(n)\nf6(n) if f7(n)\nf7(n) if f8(n)\nf8(n) if f9(n)\nf9(n) if {\ninput.review.object.spec.containers[_].volumeMounts[_].name == n\n}" + hostPathSet,
-			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].hostPath",
+			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_].(has_field(_, \"hostPath\") on .hostPath)",
 				"input.review.object.spec.volumes[_ where .hostPath].name (if input.review.object.spec.volumes[_ where .hostPath] has one)",
 				containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].name"},
 		},

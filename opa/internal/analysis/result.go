@@ -251,7 +251,8 @@ func EachAt(p []*ast.Term) int {
 }
 
 // PathString renders a path as Rego does: .name for identifiers, ["key"]
-// for the rest, [_] for Each, .(count) for Len, .(keys) for Keys, and a
+// for the rest, [_] for Each, .(count) for Len, .(keys) for Keys,
+// .(f(_) on .x) for Helper, and a
 // path that begins with When as `(if <list>[_ where ...]) <path>`.
 func PathString(p []*ast.Term) string {
 	var b strings.Builder
@@ -279,6 +280,10 @@ func PathString(p []*ast.Term) string {
 		}
 		if IsKeys(t) {
 			b.WriteString(".(keys)")
+			continue
+		}
+		if h, ok := HelperOf(t); ok {
+			b.WriteString(helperString(h))
 			continue
 		}
 		if s, ok := t.Value.(ast.String); ok && ast.IsVarCompatibleString(string(s)) {

@@ -1,0 +1,133 @@
+package opa
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+)
+
+// Keys made of a helper's answer (analysis.Helper). A memo key path that
+// ends in a Helper holds, where the path finds a value, whether the
+// template's function holds on it (`is_exempt(container)`), not the
+// value: the function is evaluated alone, with the constraint's
+// parameters as input.parameters, and its answer is remembered in the
+// engine's helper memo under what the function reads of the value (the
+// container's image), so a pod whose values the helper memo has seen
+// costs a lookup, and one it has not costs one small evaluation rather
+// than the template's.
+//
+// A helper whose evaluation fails (a conflict between its definitions, a
+// builtin error, the request's deadline) keys the verdict on what it
+// reads instead, as if it were read as it is: the template's own
+// evaluation then meets the same error, as Gatekeeper would.
+
+// helperArgument is the input key the argument is passed under. The
+// analysis proves the function reads nothing of input but constants
+// (its parameters), so no function sees it.
+var helperArgument = ast.StringTerm("helper_argument")
+
+// keyHelper is one Helper of a bound constraint's key.
+type keyHelper struct {
+	// owner names its answers in the engine's helper memo.
+	owner uint64
+	// reads are the function's reads below the value: its memo key.
+	reads [][]*ast.Term
+	query *rego.PreparedEvalQuery
+	// input is {"parameters": ...}, the argument added per call.
+	parameters *ast.Term
+}
+
+// helperQueries are a compiled template's prepared helper queries, by
+// call: every constraint of the template with the same call shares one.
+type helperQueries struct {
+	mu      sync.Mutex
+	byQuery map[string]*rego.PreparedEvalQuery
+}
+
+// helperOwner is the helper memo's owner of a constraint's k-th key path.
+func helperOwner(owner uint64, k int) uint64 { return owner<<16 | uint64(k&0xffff) }
+
+// helperMemoOptions bound the helper memo: its answers are booleans
+// under short keys (an image), far smaller than the verdicts'.
+var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 8 << 20}
+
+// helperOf is the keyHelper of a key path ending in a Helper, or nil.
+func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path []*ast.Term) (*keyHelper, error) {
+	if len(path) == 0 {
+		return nil, nil
+	}
+	h, ok := analysis.HelperOf(path[len(path)-1])
+	if !ok {
+		return nil, nil
+	}
+	q, err := ct.helperQuery(h, e.store)
+	if err != nil {
+		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
+	}
+	return &keyHelper{owner: helperOwner(bc.owner, k), reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}, nil
+}
+
+// helperQuery prepares (once per template and call) the query that
+// tests the function on input.helper_argument.
+func (ct *compiledTemplate) helperQuery(h analysis.HelperCall, store storage.Store) (*rego.PreparedEvalQuery, error) {
+	terms := make([]*ast.Term, 0, len(h.Args)+1)
+	terms = append(terms, ast.NewTerm(h.Func))
+	for _, a := range h.Args {
+		if analysis.IsArg(a) {
+			a = ast.NewTerm(ast.InputRootRef.Append(helperArgument))
+		}
+		terms = append(terms, a)
+	}
+	body := ast.NewBody(ast.NewExpr(terms))
+	key := body.String()
+	ct.helpers.mu.Lock()
+	defer ct.helpers.mu.Unlock()
+	if q := ct.helpers.byQuery[key]; q != nil {
+		return q, nil
+	}
+	q, err := rego.New(rego.ParsedQuery(body), rego.Compiler(ct.compiler), rego.Store(store)).PrepareForEval(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if ct.helpers.byQuery == nil {
+		ct.helpers.byQuery = map[string]*rego.PreparedEvalQuery{}
+	}
+	ct.helpers.byQuery[key] = &q
+	return &q, nil
+}
+
+// helperKey is the key value of a path ending in h's Helper in review:
+// the lookup of the path before it, each value found replaced by the
+// helper's answer on it.
+func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *ast.Term {
+	return lookupInputThen(review, path[:len(path)-1], func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+}
+
+// callHelper is h's answer on v, from the helper memo or evaluated.
+func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
+	read := make([]*ast.Term, len(h.reads))
+	for i, p := range h.reads {
+		read[i] = lookup(v, p)
+	}
+	entry := r.e.helpers.Find(h.owner, read)
+	if holds, ok := entry.Get(0); ok {
+		return ast.InternedTerm(holds)
+	}
+	input := ast.NewObject(ast.Item(termParameters, h.parameters), ast.Item(helperArgument, ast.NewTerm(v)))
+	rs, err := h.query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
+	r.e.stats.helperEvaluations.Add(1)
+	if err != nil {
+		// Keyed on what it reads: the template's evaluation meets the error.
+		return wholeValue(ast.ArrayTerm(read...))
+	}
+	holds := len(rs) > 0
+	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(read...)))
+	return ast.InternedTerm(holds)
+}
