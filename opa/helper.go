@@ -127,7 +127,9 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 		// Keyed on what it reads: the template's evaluation meets the error.
 		return wholeValue(ast.ArrayTerm(read...))
 	}
-	holds := len(rs) > 0
+	// A query's expression whose value is false still gives a result
+	// (with that value); the body `not f(x)` tests both.
+	holds := len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
 	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(read...)))
 	return ast.InternedTerm(holds)
 }

@@ -1,0 +1,216 @@
+package opa_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
+)
+
+// helperPolicies are templates whose verdicts read the pod's images only
+// through a boolean helper (analysis.Helper): the library's is_exempt
+// with exemptImages, a helper with a constant argument, one whose two
+// definitions conflict on some images (an evaluation error), and a
+// node-reading template that tests the pod's containers with is_exempt.
+const helperPolicies = `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperpriv}
+spec:
+  crd:
+    spec:
+      names: {kind: K8sHelperPriv}
+      validation: {openAPIV3Schema: {type: object, properties: {exemptImages: {type: array, items: {type: string}}}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperpriv
+        import data.lib.exempt_container.is_exempt
+        violation[{"msg": msg, "details": {"container": c.name}}] {
+          c := input_containers[_]
+          not is_exempt(c)
+          c.securityContext.privileged
+          msg := sprintf("Privileged container is not allowed: %v", [c.name])
+        }
+        input_containers[c] { c := input.review.object.spec.containers[_] }
+        input_containers[c] { c := input.review.object.spec.initContainers[_] }
+      libs:
+        - |
+          package lib.exempt_container
+          is_exempt(container) {
+            exempt_images := object.get(object.get(input, "parameters", {}), "exemptImages", [])
+            img := container.image
+            exemption := exempt_images[_]
+            _matches_exemption(img, exemption)
+          }
+          _matches_exemption(img, exemption) {
+            not endswith(exemption, "*")
+            exemption == img
+          }
+          _matches_exemption(img, exemption) {
+            endswith(exemption, "*")
+            prefix := trim_suffix(exemption, "*")
+            startswith(img, prefix)
+          }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperPriv
+metadata: {name: helper-priv}
+spec:
+  parameters: {exemptImages: ["safe.io/*", "tools.io/debug:1.0"]}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperprefix}
+spec:
+  crd: {spec: {names: {kind: K8sHelperPrefix}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperprefix
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          from(c, "debug/")
+          msg := sprintf("%v runs a debug image", [c.name])
+        }
+        from(c, prefix) { startswith(c.image, prefix) }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperPrefix
+metadata: {name: helper-prefix}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperconflict}
+spec:
+  crd: {spec: {names: {kind: K8sHelperConflict}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperconflict
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          not pinned(c)
+          msg := sprintf("%v is not pinned", [c.name])
+        }
+        pinned(c) := true { contains(c.image, "@sha256:") }
+        pinned(c) := false { endswith(c.image, ":latest") }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperConflict
+metadata: {name: helper-conflict}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperpool}
+spec:
+  crd:
+    spec:
+      names: {kind: K8sHelperPool}
+      validation: {openAPIV3Schema: {type: object, properties: {allowed: {type: array, items: {type: string}}}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperpool
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "restricted"
+          c := input.review.object.spec.containers[_]
+          not exempt(c)
+          msg := sprintf("%v may not run on %v", [c.name, node.metadata.name])
+        }
+        exempt(c) { startswith(c.image, input.parameters.allowed[_]) }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperPool
+metadata: {name: helper-pool}
+spec:
+  parameters: {allowed: ["safe.io/"]}
+`
+
+func helperEngine(t testing.TB, opts opa.Options) *opa.Engine {
+	t.Helper()
+	objs, err := source.ReadObjects(strings.NewReader(helperPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, opts)
+	apply(t, e, objs...)
+	apply(t, e, node("n-1", nil), node("n-2", map[string]string{"pool": "restricted"}), node("n-3", map[string]string{"pool": "restricted"}))
+	return e
+}
+
+// helperPod is a pod whose containers run images, each privileged.
+func helperPod(name string, images ...any) map[string]any {
+	return pod("default", name, func(p map[string]any) {
+		var cs []any
+		for i, img := range images {
+			c := map[string]any{"name": fmt.Sprintf("c%d-%s", i, name), "securityContext": map[string]any{"privileged": true}}
+			if img != nil {
+				c["image"] = img
+			}
+			cs = append(cs, c)
+		}
+		spec(p)["containers"] = cs
+	})
+}
+
+// TestHelperKeys: pods whose images are new to the engine share the
+// verdicts of templates that read images only through a boolean helper:
+// the helper is evaluated once per image, the templates not at all; and
+// every pod's violations are those of the engine without memo, over
+// exempt and non-exempt images, helper errors and odd values.
+func TestHelperKeys(t *testing.T) {
+	memo := helperEngine(t, opa.Options{})
+	exact := helperEngine(t, opa.Options{DisableMemo: true})
+	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}, {Name: "n-3"}}
+	check := func(p map[string]any) []string {
+		t.Helper()
+		return sameAsWithoutMemo(t, memo, exact, p, cands)
+	}
+	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 8 { // priv and conflict on each node, pool on n-2 and n-3
+		t.Fatalf("the first pod's violations %q, want 8", first)
+	}
+	before := memo.Stats()
+	const pods = 20
+	for i := range pods {
+		check(helperPod(fmt.Sprintf("job-%d", i+1), fmt.Sprintf("registry.io/report-%d:1.0", i+1)))
+	}
+	after := memo.Stats()
+	if evals := after.Evaluations - before.Evaluations; evals != 0 {
+		t.Errorf("%d pods with new images ran %d evaluations, want none: every template reads the image only through a helper", pods, evals)
+	}
+	// One per image and helper: is_exempt, from, pinned, exempt.
+	if helpers := after.HelperEvaluations - before.HelperEvaluations; helpers != 4*pods {
+		t.Errorf("%d pods with new images ran %d helper evaluations, want %d", pods, helpers, 4*pods)
+	}
+	check(helperPod("job-again", "registry.io/report-3:1.0"))
+	if helpers := memo.Stats().HelperEvaluations - after.HelperEvaluations; helpers != 0 {
+		t.Errorf("an image seen before ran %d helper evaluations, want none", helpers)
+	}
+	cases := map[string][]any{
+		"exempt by prefix":          {"safe.io/agent:2"},
+		"exempt exactly":            {"tools.io/debug:1.0"},
+		"not exempt, close to one":  {"tools.io/debug:1.1"},
+		"a debug image":             {"debug/shell:1"},
+		"pinned":                    {"registry.io/app@sha256:0123"},
+		"latest":                    {"registry.io/app:latest"},
+		"pinned and latest: error":  {"registry.io/app@sha256:01:latest"},
+		"mixed":                     {"safe.io/agent:2", "registry.io/app:latest", "debug/x"},
+		"no image":                  {nil},
+		"image not a string":        {42},
+		"two containers, one image": {"safe.io/a", "safe.io/a"},
+	}
+	for name, images := range cases {
+		for i := range 3 {
+			check(helperPod(fmt.Sprintf("%s-%d", strings.ReplaceAll(name, " ", "-"), i), images...))
+		}
+	}
+	check(pod("default", "not-objects", func(p map[string]any) { spec(p)["containers"] = []any{"web", 3} }))
+	check(pod("default", "no-list", func(p map[string]any) { spec(p)["containers"] = map[string]any{"image": "debug/x"} }))
+	check(pod("default", "init", func(p map[string]any) {
+		spec(p)["initContainers"] = []any{map[string]any{"name": "i", "image": "registry.io/init", "securityContext": map[string]any{"privileged": true}}}
+	}))
+}
