@@ -32,12 +32,12 @@ func TestAnalyzeHelpers(t *testing.T) {
 		},
 		{
 			name: "in a list set's condition (host-network-ports)", params: `{"exemptImages": ["safe/*"]}`,
-			rego: "violation contains {\"msg\": \"x\"} if {\ninput_containers[_].ports[_].hostPort > 10\n}\ninput_containers contains c if {\nc := " + containers + "[_]\nnot is_exempt(c)\n}" + exemptLib,
+			rego:  "violation contains {\"msg\": \"x\"} if {\ninput_containers[_].ports[_].hostPort > 10\n}\ninput_containers contains c if {\nc := " + containers + "[_]\nnot is_exempt(c)\n}" + exemptLib,
 			reads: []string{containers + "[_].(count)", containers + "[_].(is_exempt(_) on .image)", containers + "[_].ports[_].(count)", containers + "[_].ports[_].hostPort"},
 		},
 		{
-			name: "a constant argument is part of the call",
-			rego: "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nhas_prefix(c, \"debug/\")\n}\nhas_prefix(c, p) if startswith(c.image, p)",
+			name:  "a constant argument is part of the call",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nhas_prefix(c, \"debug/\")\n}\nhas_prefix(c, p) if startswith(c.image, p)",
 			reads: []string{containers + "[_].(count)", containers + "[_].(has_prefix(_, \"debug/\") on .image)"},
 		},
 		{
@@ -46,8 +46,8 @@ func TestAnalyzeHelpers(t *testing.T) {
 			reads: []string{containers + "[_].(count)", containers + "[_].(is_exempt(_) on .image)", containers + "[_].image"},
 		},
 		{
-			name: "a function that reads input itself, even at the argument's path, is read as it is",
-			rego: "violation contains {\"msg\": \"x\"} if {\nnot mounted(input.review.object.spec)\n}\nmounted(spec) if spec.automount\nmounted(spec) if {\n\"/token\" == " + containers + "[_].volumeMounts[_].mountPath\n}",
+			name:  "a function that reads input itself, even at the argument's path, is read as it is",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nnot mounted(input.review.object.spec)\n}\nmounted(spec) if spec.automount\nmounted(spec) if {\n\"/token\" == " + containers + "[_].volumeMounts[_].mountPath\n}",
 			reads: []string{"input.review.object.spec.automount", containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].mountPath"},
 		},
 		{
