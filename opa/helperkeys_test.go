@@ -1,9 +1,14 @@
 package opa_test
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
@@ -213,4 +218,65 @@ func TestHelperKeys(t *testing.T) {
 	check(pod("default", "init", func(p map[string]any) {
 		spec(p)["initContainers"] = []any{map[string]any{"name": "i", "image": "registry.io/init", "securityContext": map[string]any{"privileged": true}}}
 	}))
+}
+
+// TestHelperKeysWhilePoliciesChange evaluates pods with images from a
+// small pool (helper memo hits and misses) on several goroutines while
+// is_exempt's constraint changes its exemptImages underneath: -race
+// checks the helper path, the constraints that do not change answer as
+// the engine without memo does, and once the churn stops the changed
+// constraint answers as an engine that only ever saw its last version.
+func TestHelperKeysWhilePoliciesChange(t *testing.T) {
+	memo := helperEngine(t, opa.Options{})
+	exact := helperEngine(t, opa.Options{DisableMemo: true})
+	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}}
+	images := []any{"safe.io/a:1", "registry.io/b:1", "registry.io/c:latest", "debug/d", "tools.io/debug:1.0", "registry.io/e@sha256:00"}
+	withExempt := func(i int) *unstructured.Unstructured {
+		objs, err := source.ReadObjects(strings.NewReader(helperPolicies))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetKind() == "K8sHelperPriv" {
+				exempt := []any{"safe.io/*"}
+				if i%2 == 1 {
+					exempt = []any{"registry.io/*"}
+				}
+				unstructured.SetNestedSlice(o.Object, exempt, "spec", "parameters", "exemptImages")
+				return o
+			}
+		}
+		t.Fatal("no K8sHelperPriv constraint")
+		return nil
+	}
+	unchanging := func(lines []string) []string {
+		var out []string
+		for _, l := range lines {
+			if !strings.Contains(l, " helper-priv ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	work := func(w, i int) error {
+		p := helperPod(fmt.Sprintf("w%d-%d", w, i), images[(i+w)%len(images)], images[(i*5+w)%len(images)])
+		got, want := unchanging(violationLines(t, memo, p, cands)), unchanging(violationLines(t, exact, p, cands))
+		if !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("pod %v during churn:\n memo    %q\n no memo %q", p["metadata"], got, want)
+		}
+		return nil
+	}
+	last := 0
+	change := func(i int) error {
+		last = i
+		if errs := memo.Apply(context.Background(), []opa.Change{{Object: withExempt(i)}}); len(errs) > 0 {
+			return fmt.Errorf("apply: %v", errs)
+		}
+		return nil
+	}
+	churn(t, time.Second, 5*time.Millisecond, 3, work, change)
+	apply(t, exact, withExempt(last))
+	for i, img := range images {
+		sameAsWithoutMemo(t, memo, exact, helperPod(fmt.Sprintf("after-%d", i), img), cands)
+	}
 }

@@ -59,6 +59,15 @@
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
 //     succeeds: its reads are dropped (dead.go);
+//   - a call of a template's function used as a truth test (`not
+//     is_exempt(c)`) on one value of the review, the other arguments
+//     constant, whose body reads nothing but that value (through its
+//     parameter, not from input) and constants, reads the function's
+//     answer on that value (Helper, helper.go), not what the function
+//     reads of it: the engine evaluates the function alone, memoised on
+//     those reads, so a new image keys the same verdict as an old one when
+//     is_exempt answers the same; a printed value the function reads stays
+//     in the key, so that the function sees the real value;
 //   - a key that is an element of a constant list (`ctr[probe]`, probe from
 //     a parameter list) reads each of the list's values, not the whole of
 //     ctr (fanOut);
@@ -72,7 +81,7 @@
 // iterated through a variable key of an object that nothing binds
 // (`spec[field][_]` alone) is read whole; a printed value that a key is
 // made of (a container's name in an annotation key: AppArmor, seccomp) is
-// read; a value read only through a boolean helper (an image through
-// is_exempt with exemptImages given) is read whole, not as the helper's
-// result.
+// read; a helper that also reads input itself (automount's
+// mountServiceAccountToken(spec), which reads input_containers), or whose
+// value is bound rather than tested, is read as it is.
 package analysis
