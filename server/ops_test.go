@@ -113,6 +113,7 @@ func TestMetrics(t *testing.T) {
 		`opa_scheduler_extender_nodes_evaluated_total{verb="prioritize"} 5`,
 		`opa_scheduler_extender_nodes_evaluated_total{verb="bind"} 1`,
 		`opa_scheduler_extender_evaluations_total 42`,
+		`opa_scheduler_extender_helper_evaluations_total 9`,
 		`opa_scheduler_extender_memo_hits_total 30`,
 		`opa_scheduler_extender_memo_misses_total 12`,
 		`opa_scheduler_extender_evaluation_errors_total 1`,
