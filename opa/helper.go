@@ -3,6 +3,7 @@ package opa
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -112,10 +113,12 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *a
 
 // callHelper is h's answer on v, from the helper memo or evaluated.
 func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
-	read := make([]*ast.Term, len(h.reads))
-	for i, p := range h.reads {
-		read[i] = lookup(v, p)
+	b := r.buffers()
+	read := b.helperRead[:0] // memo.Find copies what it keeps
+	for _, p := range h.reads {
+		read = append(read, lookup(v, p))
 	}
+	b.helperRead = read
 	entry := r.e.helpers.Find(h.owner, read)
 	if holds, ok := entry.Get(0); ok {
 		return ast.InternedTerm(holds)
@@ -125,11 +128,11 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
 		// Keyed on what it reads: the template's evaluation meets the error.
-		return wholeValue(ast.ArrayTerm(read...))
+		return wholeValue(ast.ArrayTerm(slices.Clone(read)...))
 	}
 	// A query's expression whose value is false still gives a result
 	// (with that value); the body `not f(x)` tests both.
 	holds := len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
-	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(read...)))
+	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(slices.Clone(read)...)))
 	return ast.InternedTerm(holds)
 }

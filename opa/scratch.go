@@ -67,8 +67,9 @@ type podBuffers struct {
 	// keyCache holds the pod review's values at key paths, by their
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
-	// key is the memo key being looked up (keyTerms).
-	key []*ast.Term
+	// key is the memo key being looked up (keyTerms), helperRead a
+	// helper's (callHelper).
+	key, helperRead []*ast.Term
 }
 
 var podBuffersPool = sync.Pool{New: func() any { return new(podBuffers) }}
