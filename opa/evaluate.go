@@ -350,17 +350,21 @@ func (r *request) candidates(cands []Candidate) error {
 
 // request is the state of one Evaluate call.
 type request struct {
-	e         *Engine
-	ctx       context.Context
-	txn       storage.Transaction
-	snap      *snapshot
-	invGen    *ast.Term
-	podReview *ast.Term
-	in        podInput
-	slots     []nodeSlot
-	override  bool
-	nodes     *ast.Term
-	explain   bool
+	// deferHelpers: a helper answer the helper memo lacks is recorded in
+	// deferred instead of evaluated (prefetch runs them in parallel).
+	deferHelpers bool
+	deferred     []deferredHelper
+	e            *Engine
+	ctx          context.Context
+	txn          storage.Transaction
+	snap         *snapshot
+	invGen       *ast.Term
+	podReview    *ast.Term
+	in           podInput
+	slots        []nodeSlot
+	override     bool
+	nodes        *ast.Term
+	explain      bool
 	// pods caches the pod's reviews with placeholders, by the set of
 	// paths they replace; plain is the pod's review as it is.
 	pods  map[string]*podView

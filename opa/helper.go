@@ -123,16 +123,60 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 	if holds, ok := entry.Get(0); ok {
 		return ast.InternedTerm(holds)
 	}
+	if r.deferHelpers {
+		r.deferred = append(r.deferred, deferredHelper{h: h, v: v, entry: entry, read: slices.Clone(read)})
+		return undefinedTerm // the key is made again once the helper ran
+	}
+	holds, ok := r.evalHelper(h, v, entry, read)
+	if !ok {
+		// Keyed on what it reads: the template's evaluation meets the error.
+		return wholeValue(ast.ArrayTerm(slices.Clone(read)...))
+	}
+	return ast.InternedTerm(holds)
+}
+
+// evalHelper evaluates h on v and remembers its answer in entry, under
+// read; ok is false when the evaluation failed (nothing is remembered).
+// It writes nothing of the request, so that prefetch may run it on
+// several goroutines.
+func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
 	input := ast.NewObject(ast.Item(termParameters, h.parameters), ast.Item(helperArgument, ast.NewTerm(v)))
 	rs, err := h.query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
-		// Keyed on what it reads: the template's evaluation meets the error.
-		return wholeValue(ast.ArrayTerm(slices.Clone(read)...))
+		return false, false
 	}
 	// A query's expression whose value is false still gives a result
 	// (with that value); the body `not f(x)` tests both.
-	holds := len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
+	holds = len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
 	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(slices.Clone(read)...)))
-	return ast.InternedTerm(holds)
+	return holds, true
+}
+
+// deferredHelper is a helper answer a key needs and the helper memo
+// lacks (request.deferHelpers).
+type deferredHelper struct {
+	h     *keyHelper
+	v     ast.Value
+	entry *memo.Entry[bool]
+	read  []*ast.Term
+}
+
+// runDeferredHelpers evaluates the deferred helper answers, each once, on
+// up to workers goroutines.
+func (r *request) runDeferredHelpers(workers int) {
+	calls := r.deferred[:0]
+	seen := map[*memo.Entry[bool]]bool{}
+	for _, c := range r.deferred {
+		if !seen[c.entry] {
+			seen[c.entry] = true
+			calls = append(calls, c)
+		}
+	}
+	inParallel(workers, len(calls), func(i int) {
+		c := calls[i]
+		r.evalHelper(c.h, c.v, c.entry, c.read)
+	})
+	clear(r.deferred)
+	r.deferred = r.deferred[:0]
 }

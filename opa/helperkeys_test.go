@@ -168,7 +168,13 @@ func helperPod(name string, images ...any) map[string]any {
 // every pod's violations are those of the engine without memo, over
 // exempt and non-exempt images, helper errors and odd values.
 func TestHelperKeys(t *testing.T) {
-	memo := helperEngine(t, opa.Options{})
+	for _, workers := range []int{1, 4} { // in keyTerms; deferred and run in parallel by prefetch
+		t.Run(fmt.Sprintf("parallelism %d", workers), func(t *testing.T) { testHelperKeys(t, workers) })
+	}
+}
+
+func testHelperKeys(t *testing.T, workers int) {
+	memo := helperEngine(t, opa.Options{Parallelism: workers})
 	exact := helperEngine(t, opa.Options{DisableMemo: true})
 	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}, {Name: "n-3"}}
 	check := func(p map[string]any) []string {

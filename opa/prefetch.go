@@ -60,49 +60,93 @@ func (r *request) prefetch(orders []int) {
 	if workers < 2 || len(orders) < 2 {
 		return
 	}
-	type job struct {
-		bc     *boundConstraint
-		review *ast.Term
-		out    *prefetched
-	}
-	var jobs []job
+	var jobs []prefetchJob
+	// Keys whose helpers (helper.go) miss their memo are made after those
+	// helpers ran, on the goroutines too: a new Job's image is new to
+	// every is_exempt.
+	var rekey []int
+	r.deferHelpers = true
 	for _, order := range orders {
-		bc := r.snap.constraints[order]
-		if !r.memoOK(bc) {
-			continue
+		if j, ok, deferred := r.prefetchLookup(order); deferred {
+			rekey = append(rekey, order)
+		} else if ok {
+			jobs = append(jobs, j)
 		}
-		view := r.podView(bc, true)
-		e := r.entry(bc, r.keyTerms(bc, r.podReview, view))
-		b := r.buffers()
-		if len(b.fetched) == 0 { // this request's first: one slot per constraint
-			b.fetched = resize(b.fetched, len(r.snap.constraints))
-		}
-		f := &b.fetched[order]
-		*f = prefetched{set: true, view: view, entry: e}
-		if f.res, f.hit = e.Get(0); !f.hit {
-			jobs = append(jobs, job{bc: bc, review: r.reviewOf(view), out: f})
+	}
+	r.deferHelpers = false
+	if len(rekey) > 0 {
+		r.runDeferredHelpers(workers)
+		for _, order := range rekey {
+			if j, ok, _ := r.prefetchLookup(order); ok {
+				jobs = append(jobs, j)
+			}
 		}
 	}
 	if len(jobs) < 2 {
 		return // evaluated in place by evalPod, with the entry found here
 	}
-	workers = min(workers, len(jobs))
+	inParallel(workers, len(jobs), func(i int) {
+		j := jobs[i]
+		start := time.Now()
+		j.out.res, j.out.err = r.evalQuery(j.bc, j.review, nil)
+		j.out.took, j.out.evaluated = time.Since(start), true
+	})
+	r.evals += uint64(len(jobs))
+}
+
+// prefetchJob is a pod-only constraint's miss, to be evaluated.
+type prefetchJob struct {
+	bc     *boundConstraint
+	review *ast.Term
+	out    *prefetched
+}
+
+// prefetchLookup finds the memo entry of the constraint at order and
+// records it for evalPod; ok: a miss, to evaluate. deferred: its key
+// needs a helper answer the helper memo does not hold (with
+// r.deferHelpers), and nothing was recorded.
+func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
+	bc := r.snap.constraints[order]
+	if !r.memoOK(bc) {
+		return prefetchJob{}, false, false
+	}
+	view := r.podView(bc, true)
+	pending := len(r.deferred)
+	key := r.keyTerms(bc, r.podReview, view)
+	if len(r.deferred) > pending {
+		return prefetchJob{}, false, true
+	}
+	e := r.entry(bc, key)
+	b := r.buffers()
+	if len(b.fetched) == 0 { // this request's first: one slot per constraint
+		b.fetched = resize(b.fetched, len(r.snap.constraints))
+	}
+	f := &b.fetched[order]
+	*f = prefetched{set: true, view: view, entry: e}
+	if f.res, f.hit = e.Get(0); f.hit {
+		return prefetchJob{}, false, false
+	}
+	return prefetchJob{bc: bc, review: r.reviewOf(view), out: f}, true, false
+}
+
+// inParallel runs do(0) ... do(n-1) on up to workers goroutines, the
+// caller's among them.
+func inParallel(workers, n int, do func(i int)) {
+	workers = min(workers, n)
 	var next sync.Mutex
 	i := 0
-	take := func() (job, bool) {
+	take := func() (int, bool) {
 		next.Lock()
 		defer next.Unlock()
-		if i == len(jobs) {
-			return job{}, false
+		if i == n {
+			return 0, false
 		}
 		i++
-		return jobs[i-1], true
+		return i - 1, true
 	}
 	run := func() {
-		for j, ok := take(); ok; j, ok = take() {
-			start := time.Now()
-			j.out.res, j.out.err = r.evalQuery(j.bc, j.review, nil)
-			j.out.took, j.out.evaluated = time.Since(start), true
+		for k, ok := take(); ok; k, ok = take() {
+			do(k)
 		}
 	}
 	var wg sync.WaitGroup
@@ -115,5 +159,4 @@ func (r *request) prefetch(orders []int) {
 	}
 	run()
 	wg.Wait()
-	r.evals += uint64(len(jobs))
 }

@@ -15,7 +15,8 @@ import (
 // BenchmarkOneOffPod times the realistic mix's one-off pods (a new Job:
 // new image, labels and container names) over 50 kubelet-sized nodes, one
 // core (Parallelism 1), and logs what they still evaluate: each
-// constraint's explain duration per pod and why. Run with
+// constraint's explain duration per pod and why, and how many helpers
+// (analysis.Helper) it evaluates for its memo keys. Run with
 //
 //	cd bench && go test -run '^$' -bench OneOffPod -benchtime 100x ./perf/
 func BenchmarkOneOffPod(b *testing.B) {
@@ -29,6 +30,7 @@ func BenchmarkOneOffPod(b *testing.B) {
 	}
 	cost := map[string]time.Duration{}
 	why := map[string]string{}
+	helpers := e.Stats().HelperEvaluations
 	b.ResetTimer()
 	for i := range b.N {
 		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: podMap(b, s.OneOff(1000+i)), Candidates: cands, Explain: true})
@@ -49,6 +51,7 @@ func BenchmarkOneOffPod(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	helpers = e.Stats().HelperEvaluations - helpers
 	kinds := make([]string, 0, len(cost))
 	var total time.Duration
 	for k, d := range cost {
@@ -62,7 +65,7 @@ func BenchmarkOneOffPod(b *testing.B) {
 	for _, k := range kinds {
 		b.Logf("%-42s %s per pod (%s)", k, per(cost[k]), why[k])
 	}
-	b.Logf("%d constraints evaluated, %s per one-off pod in all", len(kinds), per(total))
+	b.Logf("%d constraints evaluated, %s per one-off pod in all; %.1f helper evaluations per pod (not timed above)", len(kinds), per(total), float64(helpers)/float64(b.N))
 }
 
 // realisticEngine is an engine on the realistic mix with 50 kubelet-sized
