@@ -414,14 +414,50 @@ func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *
 	if n := len(path) - 1; analysis.IsKeys(path[n]) {
 		return lookupKeys(lookup(v, path[:n]))
 	}
-	found, err := v.Find(ast.Ref(path))
-	if err != nil {
+	found := findTerm(v, path)
+	if found == nil {
 		return undefinedTerm
 	}
 	if leaf != nil {
-		return leaf(found)
+		return leaf(found.Value)
 	}
-	return ast.NewTerm(found)
+	return found
+}
+
+// findTerm is the term at path (not empty) below v (nil if there is none), found as
+// v.Find finds its value (object keys, array indexes, set members), but
+// without making a term for it: keys are looked up for every constraint
+// of every request.
+func findTerm(v ast.Value, path []*ast.Term) *ast.Term {
+	var t *ast.Term
+	for _, k := range path {
+		switch x := v.(type) {
+		case ast.Object:
+			t = x.Get(k)
+		case *ast.Array:
+			num, ok := k.Value.(ast.Number)
+			if !ok {
+				return nil
+			}
+			i, ok := num.Int()
+			if !ok || i < 0 || i >= x.Len() {
+				return nil
+			}
+			t = x.Elem(i)
+		case ast.Set:
+			if !x.Contains(k) {
+				return nil
+			}
+			t = k
+		default:
+			return nil
+		}
+		if t == nil {
+			return nil
+		}
+		v = t.Value
+	}
+	return t
 }
 
 // wholeValue is, in a key, a value found where a path through
@@ -454,9 +490,12 @@ func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast
 		if !passes(el, filter) {
 			continue
 		}
-		if len(rest) == 1 && analysis.IsLen(rest[0]) {
+		switch {
+		case len(rest) == 1 && analysis.IsLen(rest[0]):
 			elems = append(elems, ast.InternedTerm(true))
-		} else {
+		case len(rest) == 0 && leaf == nil:
+			elems = append(elems, arr.Elem(i)) // the element whole, as it is
+		default:
 			elems = append(elems, lookupThen(el, rest, leaf))
 		}
 	}
