@@ -43,6 +43,19 @@ type keyHelper struct {
 	query *rego.PreparedEvalQuery
 	// input is {"parameters": ...}, the argument added per call.
 	parameters *ast.Term
+	// rawPaths are the reads' review paths (the argument's path, then the
+	// read), rawIDs their numbers in Engine.keyPaths and eachDepth the Each
+	// in the argument's path: a request finds the answers the helper memo
+	// holds from its key cache, which the constraints reading those paths
+	// share (knownAnswers). nil for an argument's path with a condition.
+	rawPaths  [][]*ast.Term
+	rawIDs    []int
+	eachDepth int
+	// argPath is the argument's path and argID its number, for a helper
+	// whose argument is not an element (eachDepth 0): whether the
+	// argument is there, when no read finds anything.
+	argPath []*ast.Term
+	argID   int
 }
 
 // helperQueries are a compiled template's prepared helper queries, by
@@ -72,7 +85,22 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 	if err != nil {
 		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
 	}
-	return &keyHelper{owner: helperOwner(bc.owner, k), reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}, nil
+	kh := &keyHelper{owner: helperOwner(bc.owner, k), reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
+	arg := path[:len(path)-1]
+	if _, _, _, conditional := analysis.Condition(arg); !conditional {
+		for _, rel := range h.Reads {
+			raw := append(slices.Clone(arg), rel...)
+			kh.rawPaths = append(kh.rawPaths, raw)
+			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(raw)))
+		}
+		for _, t := range arg {
+			if analysis.IsEach(t) {
+				kh.eachDepth++
+			}
+		}
+		kh.argPath, kh.argID = arg, e.keyPaths.id(analysis.PathString(arg))
+	}
+	return kh, nil
 }
 
 // helperQuery prepares (once per template and call) the query that
@@ -108,7 +136,62 @@ func (ct *compiledTemplate) helperQuery(h analysis.HelperCall, store storage.Sto
 // the lookup of the path before it, each value found replaced by the
 // helper's answer on it.
 func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *ast.Term {
+	if h.rawIDs != nil && review == r.podReview {
+		b := r.buffers()
+		raw := b.helperRaw[:0]
+		for i, id := range h.rawIDs {
+			raw = append(raw, r.keyValue(id, review, h.rawPaths[i]))
+		}
+		b.helperRaw = raw
+		if t, ok := r.knownAnswers(h, raw, h.eachDepth, review, false); ok {
+			return t
+		}
+	}
 	return lookupInputThen(review, path[:len(path)-1], func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+}
+
+// knownAnswers is helperKey's value made from the values at h's raw
+// paths, depth Each deep, when the helper memo holds every answer it
+// needs: the same value as the lookup that calls the helper makes, since
+// an element's value at a read is the element's entry in the raw path's
+// array, and a list that is absent or not an array is so in every raw
+// path (undefined, or the same wholeValue, as the lookup gives). ok is
+// false where the argument itself may be absent (every read undefined at
+// depth 0) and at the first answer the memo lacks: helperKey then looks
+// the path up and calls the helper. element: raw are an element's values
+// (the argument is there).
+func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int, review *ast.Term, element bool) (*ast.Term, bool) {
+	if depth == 0 {
+		defined := element
+		for _, t := range raw {
+			defined = defined || t != undefinedTerm
+		}
+		if !defined && r.keyValue(h.argID, review, h.argPath) == undefinedTerm {
+			return undefinedTerm, true // no argument: the helper is not called
+		}
+		holds, ok := r.e.helpers.Find(h.owner, raw).Get(0)
+		if !ok {
+			return nil, false
+		}
+		return ast.InternedTerm(holds), true
+	}
+	arr, isArray := raw[0].Value.(*ast.Array)
+	if raw[0] == undefinedTerm || !isArray {
+		return raw[0], true // the list is absent, or keyed whole
+	}
+	answers := make([]*ast.Term, arr.Len())
+	elem := make([]*ast.Term, len(raw))
+	for i := range answers {
+		for j, t := range raw {
+			elem[j] = t.Value.(*ast.Array).Elem(i)
+		}
+		a, ok := r.knownAnswers(h, elem, depth-1, review, true)
+		if !ok {
+			return nil, false
+		}
+		answers[i] = a
+	}
+	return ast.ArrayTerm(answers...), true
 }
 
 // callHelper is h's answer on v, from the helper memo or evaluated.

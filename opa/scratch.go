@@ -68,8 +68,9 @@ type podBuffers struct {
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
 	// key is the memo key being looked up (keyTerms), helperRead a
-	// helper's (callHelper).
-	key, helperRead []*ast.Term
+	// helper's (callHelper), helperRaw the values a helper's answers are
+	// found from (helperKey).
+	key, helperRead, helperRaw []*ast.Term
 }
 
 var podBuffersPool = sync.Pool{New: func() any { return new(podBuffers) }}

@@ -93,3 +93,31 @@ func podMap(tb testing.TB, p Pod) map[string]any {
 	}
 	return m
 }
+
+// BenchmarkReplicaPod times the realistic mix's steady state on one core:
+// new replicas of known ReplicaSets over 50 kubelet-sized nodes, every
+// verdict in the memo, so what is timed is the request's own work (keys,
+// lookups, the answer). Run with
+//
+//	cd bench && go test -run '^$' -bench ReplicaPod -benchmem ./perf/
+func BenchmarkReplicaPod(b *testing.B) {
+	ctx := context.Background()
+	e, cands := realisticEngine(b)
+	s := NewStream(1, 0, 0)
+	pods := make([]map[string]any, 64)
+	for i := range pods {
+		pods[i] = podMap(b, s.Replica(i%len(ReplicaSets), i))
+		if _, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pods[i], Candidates: cands}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		p, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: pods[i%len(pods)], Candidates: cands})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release()
+	}
+}
