@@ -51,11 +51,9 @@ type keyHelper struct {
 	rawPaths  [][]*ast.Term
 	rawIDs    []int
 	eachDepth int
-	// argPath is the argument's path and argID its number, for a helper
-	// whose argument is not an element (eachDepth 0): whether the
-	// argument is there, when no read finds anything.
-	argPath []*ast.Term
-	argID   int
+	// argLast: the last raw path is the argument's own, which may be
+	// absent (its path does not end in Each: it is not an element).
+	argLast bool
 }
 
 // helperQueries are a compiled template's prepared helper queries, by
@@ -98,7 +96,10 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 				kh.eachDepth++
 			}
 		}
-		kh.argPath, kh.argID = arg, e.keyPaths.id(analysis.PathString(arg))
+		if kh.argLast = !analysis.IsEach(arg[len(arg)-1]); kh.argLast {
+			kh.rawPaths = append(kh.rawPaths, arg)
+			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(arg)))
+		}
 	}
 	return kh, nil
 }
@@ -143,7 +144,7 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *a
 			raw = append(raw, r.keyValue(id, review, h.rawPaths[i]))
 		}
 		b.helperRaw = raw
-		if t, ok := r.knownAnswers(h, raw, h.eachDepth, review, false); ok {
+		if t, ok := r.knownAnswers(h, raw, h.eachDepth); ok {
 			return t
 		}
 	}
@@ -154,22 +155,21 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *a
 // paths, depth Each deep, when the helper memo holds every answer it
 // needs: the same value as the lookup that calls the helper makes, since
 // an element's value at a read is the element's entry in the raw path's
-// array, and a list that is absent or not an array is so in every raw
-// path (undefined, or the same wholeValue, as the lookup gives). ok is
-// false where the argument itself may be absent (every read undefined at
-// depth 0) and at the first answer the memo lacks: helperKey then looks
-// the path up and calls the helper. element: raw are an element's values
-// (the argument is there).
-func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int, review *ast.Term, element bool) (*ast.Term, bool) {
+// array, a list that is absent or not an array is so in every raw path
+// (undefined, or the same wholeValue, as the lookup gives), and an
+// argument that is absent (h.argLast) is not called. ok is false at the
+// first answer the memo lacks: helperKey then looks the path up and calls
+// the helper.
+func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.Term, bool) {
 	if depth == 0 {
-		defined := element
-		for _, t := range raw {
-			defined = defined || t != undefinedTerm
+		read := raw
+		if h.argLast {
+			if raw[len(raw)-1] == undefinedTerm {
+				return undefinedTerm, true // no argument: the helper is not called
+			}
+			read = raw[:len(raw)-1]
 		}
-		if !defined && r.keyValue(h.argID, review, h.argPath) == undefinedTerm {
-			return undefinedTerm, true // no argument: the helper is not called
-		}
-		holds, ok := r.e.helpers.Find(h.owner, raw).Get(0)
+		holds, ok := r.e.helpers.Find(h.owner, read).Get(0)
 		if !ok {
 			return nil, false
 		}
@@ -185,7 +185,7 @@ func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int, review 
 		for j, t := range raw {
 			elem[j] = t.Value.(*ast.Array).Elem(i)
 		}
-		a, ok := r.knownAnswers(h, elem, depth-1, review, true)
+		a, ok := r.knownAnswers(h, elem, depth-1)
 		if !ok {
 			return nil, false
 		}

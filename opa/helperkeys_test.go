@@ -133,6 +133,29 @@ kind: K8sHelperPool
 metadata: {name: helper-pool}
 spec:
   parameters: {allowed: ["safe.io/"]}
+
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelpernonroot}
+spec:
+  crd: {spec: {names: {kind: K8sHelperNonRoot}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelpernonroot
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          not has_field(c.securityContext, "runAsNonRoot")
+          not host(input.review.object.spec)
+          msg := sprintf("%v may run as root", [c.name])
+        }
+        has_field(o, f) { o[f] }
+        host(s) { s.hostNetwork }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperNonRoot
+metadata: {name: helper-nonroot}
 `
 
 func helperEngine(t testing.TB, opts opa.Options) *opa.Engine {
@@ -181,8 +204,8 @@ func testHelperKeys(t *testing.T, workers int) {
 		t.Helper()
 		return sameAsWithoutMemo(t, memo, exact, p, cands)
 	}
-	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 8 { // priv and conflict on each node, pool on n-2 and n-3
-		t.Fatalf("the first pod's violations %q, want 8", first)
+	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 11 { // priv, conflict and non-root on each node, pool on n-2 and n-3
+		t.Fatalf("the first pod's violations %q, want 11", first)
 	}
 	before := memo.Stats()
 	const pods = 20
@@ -214,9 +237,41 @@ func testHelperKeys(t *testing.T, workers int) {
 		"image not a string":        {42},
 		"two containers, one image": {"safe.io/a", "safe.io/a"},
 	}
+	// A shape seen once is not evaluated again for pods that differ only
+	// in their names: the answers found from the key cache
+	// (knownAnswers) make the key the helpers' own calls made.
+	same := func(name string, p func(name string) map[string]any) {
+		t.Helper()
+		check(p(name + "-0"))
+		before := memo.Stats().Evaluations
+		for i := 1; i < 3; i++ {
+			check(p(fmt.Sprintf("%s-%d", name, i)))
+		}
+		if evals := memo.Stats().Evaluations - before; evals != 0 {
+			t.Errorf("%s: pods renamed ran %d evaluations, want none", name, evals)
+		}
+	}
 	for name, images := range cases {
-		for i := range 3 {
-			check(helperPod(fmt.Sprintf("%s-%d", strings.ReplaceAll(name, " ", "-"), i), images...))
+		same(strings.ReplaceAll(name, " ", "-"), func(n string) map[string]any { return helperPod(n, images...) })
+	}
+	securityContexts := map[string]any{"none": nil, "empty": map[string]any{}, "non-root": map[string]any{"runAsNonRoot": true},
+		"root": map[string]any{"runAsNonRoot": false}, "not an object": "x"}
+	for name, sc := range securityContexts {
+		for _, hostNetwork := range []bool{false, true} {
+			same(fmt.Sprintf("sc-%s-%v", name, hostNetwork), func(n string) map[string]any {
+				p := helperPod(n, "registry.io/app:1", "safe.io/b")
+				for _, c := range spec(p)["containers"].([]any) {
+					if sc == nil {
+						delete(c.(map[string]any), "securityContext")
+					} else {
+						c.(map[string]any)["securityContext"] = sc
+					}
+				}
+				if hostNetwork {
+					spec(p)["hostNetwork"] = true
+				}
+				return p
+			})
 		}
 	}
 	check(pod("default", "not-objects", func(p map[string]any) { spec(p)["containers"] = []any{"web", 3} }))
