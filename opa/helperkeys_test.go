@@ -17,8 +17,11 @@ import (
 // helperPolicies are templates whose verdicts read the pod's images only
 // through a boolean helper (analysis.Helper): the library's is_exempt
 // with exemptImages, a helper with a constant argument, one whose two
-// definitions conflict on some images (an evaluation error), and a
-// node-reading template that tests the pod's containers with is_exempt.
+// definitions conflict on some images (an evaluation error), a
+// node-reading template that tests the pod's containers with is_exempt,
+// one whose helper's argument may be absent (a container's
+// securityContext), and one whose helper also reads the pod through a
+// rule of the template, which is no Helper (K8sHelperRuleRef).
 const helperPolicies = `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -156,6 +159,33 @@ spec:
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sHelperNonRoot
 metadata: {name: helper-nonroot}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperruleref}
+spec:
+  crd: {spec: {names: {kind: K8sHelperRuleRef}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperruleref
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          not ok(c)
+          msg := sprintf("%v is not a safe image on the host network", [c.name])
+        }
+        ok(c) {
+          startswith(c.image, "safe.io/")
+          hostnet
+        }
+        hostnet {
+          s := input.review.object.spec
+          s.hostNetwork == true
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperRuleRef
+metadata: {name: helper-ruleref}
 `
 
 func helperEngine(t testing.TB, opts opa.Options) *opa.Engine {
@@ -204,8 +234,8 @@ func testHelperKeys(t *testing.T, workers int) {
 		t.Helper()
 		return sameAsWithoutMemo(t, memo, exact, p, cands)
 	}
-	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 11 { // priv, conflict and non-root on each node, pool on n-2 and n-3
-		t.Fatalf("the first pod's violations %q, want 11", first)
+	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 14 { // priv, conflict, non-root and rule-ref on each node, pool on n-2 and n-3
+		t.Fatalf("the first pod's violations %q, want 14", first)
 	}
 	before := memo.Stats()
 	const pods = 20
@@ -213,8 +243,10 @@ func testHelperKeys(t *testing.T, workers int) {
 		check(helperPod(fmt.Sprintf("job-%d", i+1), fmt.Sprintf("registry.io/report-%d:1.0", i+1)))
 	}
 	after := memo.Stats()
-	if evals := after.Evaluations - before.Evaluations; evals != 0 {
-		t.Errorf("%d pods with new images ran %d evaluations, want none: every template reads the image only through a helper", pods, evals)
+	// Only the rule-ref template's: its helper also reads the pod through
+	// a rule, which an evaluation of the helper alone would not see.
+	if evals := after.Evaluations - before.Evaluations; evals != pods {
+		t.Errorf("%d pods with new images ran %d evaluations, want %d: the others read the image only through a helper", pods, evals, pods)
 	}
 	// One per image and helper: is_exempt, from, pinned, exempt.
 	if helpers := after.HelperEvaluations - before.HelperEvaluations; helpers != 4*pods {

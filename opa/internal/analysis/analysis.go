@@ -135,6 +135,10 @@ type analyzer struct {
 	// helpers read as Helper (see helper.go).
 	bails, helping int
 	helperRaw      [][]*ast.Term
+	// opaque counts the references to rules whose value resolve does not
+	// follow (their reads are recorded where the rule is analysed, not at
+	// the reference): a function that makes one is no Helper.
+	opaque int
 	// current is the rule whose body is being analysed (for comprehensions:
 	// which variables are bound outside them).
 	current *ast.Rule
@@ -474,9 +478,11 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 						z.walk(k, env, depth)
 					}
 				}
+				z.opaque++
 				return origin{}, false
 			}
 			if !isInventoryRef(v) {
+				z.opaque++
 				return origin{}, false
 			}
 			if len(v) >= 6 && v[2].Equal(ast.StringTerm("cluster")) && v[3].Equal(ast.StringTerm("v1")) && v[4].Equal(ast.StringTerm("Node")) && z.isNodeName(v[5], env) {

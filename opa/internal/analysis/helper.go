@@ -111,8 +111,10 @@ func helperString(h HelperCall) string {
 // input path (an alias, an element), the others constants, and the
 // function's analysis in place reads only below that path, with no
 // condition, and nothing of the node, the inventory, the node's name or
-// nondeterministic builtins, records no printed values, list maps or
-// calls it could not follow. It reports whether it handled e: when the
+// nondeterministic builtins, records no printed values, list maps,
+// calls it could not follow or references to rules whose reads are not
+// followed there (a rule that reads input, evaluated alone, would see
+// none of it). It reports whether it handled e: when the
 // function fails a test, the call is analysed again as any call.
 func (z *analyzer) helperTest(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bool, depth int) bool {
 	if len(e.With) > 0 || z.quiet > 0 || z.helping > 0 || depth >= maxCallDepth {
@@ -157,12 +159,12 @@ func (z *analyzer) helperTest(e *ast.Expr, env map[ast.Var]origin, seen map[ast.
 	passed := append([]*ast.Term(nil), args...)
 	passed[at] = ast.NewTerm(helperArgVar)
 	m := z.mark()
-	bails, distinct, several := z.bails, len(z.distinct), z.several
+	bails, distinct, several, opaque := z.bails, len(z.distinct), z.several, z.opaque
 	z.helping++ // the function's own truth tests are read as they are
 	z.userCall(rules, passed, inner, seen, depth, nil)
 	z.helping--
 	rel, ok := z.helperReads(m, arg)
-	if !ok || z.bails != bails || len(z.distinct) != distinct || z.several != several {
+	if !ok || z.bails != bails || len(z.distinct) != distinct || z.several != several || z.opaque != opaque {
 		// Read as a plain call, with the function's own truth tests read
 		// as Helpers where they can be.
 		z.reset(m)

@@ -51,6 +51,16 @@ func TestAnalyzeHelpers(t *testing.T) {
 			reads: []string{"input.review.object.spec.automount", containers + "[_].(count)", containers + "[_].volumeMounts[_].(count)", containers + "[_].volumeMounts[_].mountPath"},
 		},
 		{
+			name:  "a function that refers to a rule of the template that reads input is read as it is",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot ok(c)\n}\nok(c) if {\nstartswith(c.image, \"safe/\")\ncount(team) > 0\n}\nteam contains v if {\nsome k, v in input.review.object.metadata.labels\nstartswith(k, \"team\")\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].image", "input.review.object.metadata.labels"},
+		},
+		{
+			name:  "a function that refers to a rule that is an input path (an alias) is read as it is",
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot ok(c)\n}\nok(c) if {\nstartswith(c.image, \"safe/\")\nhostnet\n}\nhostnet if {\ns := input.review.object.spec\ns.hostNetwork == true\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].image", "input.review.object.spec.hostNetwork"},
+		},
+		{
 			name:  "a function that reads the node is read as it is",
 			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot fits(c)\n}\nfits(c) if {\nnode := data.inventory.cluster.v1.Node[input.review.object.spec.nodeName]\nnode.metadata.labels.arch == c.arch\n}",
 			reads: []string{containers + "[_].(count)", containers + "[_].arch", "node.metadata.labels.arch"},
