@@ -24,9 +24,11 @@
 // per node; every deterministic template is memoised on a key made of
 // exactly the parts of the input and of the node that decide its verdict
 // (package internal/analysis); values that are only printed into messages
-// are left out of that key and put back into the results (message.go); the
-// memo and the node classes are bounded, leak-free caches (package
-// internal/memo). A pod new to the memo has its pod-only misses evaluated
+// are left out of that key and put back into the results (message.go); a
+// boolean helper's answer (`is_exempt(c)`) stands in the key for what the
+// helper reads, the helper evaluated alone and memoised on its reads
+// (helper.go); the memo and the node classes are bounded, leak-free
+// caches (package internal/memo). A pod new to the memo has its pod-only misses evaluated
 // on several goroutines (prefetch.go); a request's per-candidate buffers
 // are reused (scratch.go); the answer to a pod is reused for the next
 // verb of the same scheduling cycle while nothing it depends on changed

@@ -41,7 +41,7 @@ type keyHelper struct {
 	// reads are the function's reads below the value: its memo key.
 	reads [][]*ast.Term
 	query *rego.PreparedEvalQuery
-	// input is {"parameters": ...}, the argument added per call.
+	// parameters are the constraint's: input.parameters of every call.
 	parameters *ast.Term
 	// rawPaths are the reads' review paths (the argument's path, then the
 	// read), rawIDs their numbers in Engine.keyPaths and eachDepth the Each
@@ -63,8 +63,13 @@ type helperQueries struct {
 	byQuery map[string]*rego.PreparedEvalQuery
 }
 
-// helperOwner is the helper memo's owner of a constraint's k-th key path.
-func helperOwner(owner uint64, k int) uint64 { return owner<<16 | uint64(k&0xffff) }
+// helperOwner is the helper memo's owner of a constraint's k-th key path
+// (k < maxKeyPaths: helperOf refuses more).
+func helperOwner(owner uint64, k int) uint64 { return owner<<16 | uint64(k) }
+
+// maxKeyPaths bounds the key paths of a constraint whose key holds helper
+// answers, so that helperOwner tells them apart.
+const maxKeyPaths = 1 << 16
 
 // helperMemoOptions bound the helper memo: its answers are booleans
 // under short keys (an image), far smaller than the verdicts'.
@@ -78,6 +83,9 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 	h, ok := analysis.HelperOf(path[len(path)-1])
 	if !ok {
 		return nil, nil
+	}
+	if k >= maxKeyPaths {
+		return nil, fmt.Errorf("%w: more than %d memo key paths", ErrInvalidTemplate, maxKeyPaths)
 	}
 	q, err := ct.helperQuery(h, e.store)
 	if err != nil {
