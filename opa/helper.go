@@ -187,19 +187,72 @@ func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.T
 	if raw[0] == undefinedTerm || !isArray {
 		return raw[0], true // the list is absent, or keyed whole
 	}
-	answers := make([]*ast.Term, arr.Len())
-	elem := make([]*ast.Term, len(raw))
-	for i := range answers {
-		for j, t := range raw {
-			elem[j] = t.Value.(*ast.Array).Elem(i)
+	var small, elemBuf [maxInternedAnswers]*ast.Term
+	answers := small[:0]
+	if arr.Len() > maxInternedAnswers {
+		answers = make([]*ast.Term, 0, arr.Len())
+	}
+	elem := elemBuf[:0]
+	if len(raw) > maxInternedAnswers {
+		elem = make([]*ast.Term, 0, len(raw))
+	}
+	for i := range arr.Len() {
+		elem = elem[:0]
+		for _, t := range raw {
+			elem = append(elem, t.Value.(*ast.Array).Elem(i))
 		}
 		a, ok := r.knownAnswers(h, elem, depth-1)
 		if !ok {
 			return nil, false
 		}
-		answers[i] = a
+		answers = append(answers, a)
 	}
-	return ast.ArrayTerm(answers...), true
+	if t := internedAnswers(answers); t != nil {
+		return t, true
+	}
+	return ast.ArrayTerm(slices.Clone(answers)...), true
+}
+
+// maxInternedAnswers is the longest list of answers kept made: a pod's
+// containers are a few, and most answers are the same for all of them.
+const maxInternedAnswers = 4
+
+// answerArrays are the arrays of up to maxInternedAnswers booleans, by
+// length and by the bits of their true elements.
+var answerArrays = func() [maxInternedAnswers + 1][]*ast.Term {
+	var out [maxInternedAnswers + 1][]*ast.Term
+	for n := range out {
+		out[n] = make([]*ast.Term, 1<<n)
+		for bits := range out[n] {
+			elems := make([]*ast.Term, n)
+			for i := range elems {
+				elems[i] = ast.InternedTerm(bits&(1<<i) != 0)
+			}
+			out[n][bits] = ast.ArrayTerm(elems...)
+		}
+	}
+	return out
+}()
+
+// internedAnswers is the made array of answers, or nil when they are too
+// many or not all booleans (an absent argument, a list inside the
+// element). Keys and terms are never written to, so one array serves
+// every request.
+func internedAnswers(answers []*ast.Term) *ast.Term {
+	if len(answers) > maxInternedAnswers {
+		return nil
+	}
+	bits := 0
+	for i, a := range answers {
+		b, ok := a.Value.(ast.Boolean)
+		if !ok || a == undefinedTerm {
+			return nil
+		}
+		if b {
+			bits |= 1 << i
+		}
+	}
+	return answerArrays[len(answers)][bits]
 }
 
 // callHelper is h's answer on v, from the helper memo or evaluated.
