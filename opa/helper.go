@@ -187,6 +187,11 @@ func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.T
 	if raw[0] == undefinedTerm || !isArray {
 		return raw[0], true // the list is absent, or keyed whole
 	}
+	for _, t := range raw[1:] {
+		if other, ok := t.Value.(*ast.Array); !ok || other.Len() != arr.Len() {
+			return nil, false // not one list's arrays: looked up as it is
+		}
+	}
 	var small, elemBuf [maxInternedAnswers]*ast.Term
 	answers := small[:0]
 	if arr.Len() > maxInternedAnswers {
@@ -293,7 +298,11 @@ func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool],
 	// A query's expression whose value is false still gives a result
 	// (with that value); the body `not f(x)` tests both.
 	holds = len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
-	r.e.helpers.Put(entry, 0, holds, 64+memo.Size(ast.NewArray(slices.Clone(read)...)))
+	size := 64
+	for _, t := range read {
+		size += memo.Size(t.Value)
+	}
+	r.e.helpers.Put(entry, 0, holds, size)
 	return holds, true
 }
 
