@@ -315,10 +315,9 @@ type deferredHelper struct {
 	read  []*ast.Term
 }
 
-// runDeferredHelpers evaluates the deferred helper answers, each once, on
-// up to workers goroutines.
-func (r *request) runDeferredHelpers(workers int) {
-	calls := r.deferred[:0]
+// deferredCalls are the deferred helper answers to evaluate, each once.
+func (r *request) deferredCalls() []deferredHelper {
+	calls := make([]deferredHelper, 0, len(r.deferred))
 	seen := map[*memo.Entry[bool]]bool{}
 	for _, c := range r.deferred {
 		if !seen[c.entry] {
@@ -326,10 +325,5 @@ func (r *request) runDeferredHelpers(workers int) {
 			calls = append(calls, c)
 		}
 	}
-	inParallel(workers, len(calls), func(i int) {
-		c := calls[i]
-		r.evalHelper(c.h, c.v, c.entry, c.read)
-	})
-	clear(r.deferred)
-	r.deferred = r.deferred[:0]
+	return calls
 }

@@ -75,23 +75,42 @@ func (r *request) prefetch(orders []int) {
 	}
 	r.deferHelpers = false
 	if len(rekey) > 0 {
-		r.runDeferredHelpers(workers)
+		// The misses found so far are evaluated beside the helpers: a
+		// one-off pod's image templates need no helper answer, and its
+		// helper answers decide the other keys, made afterwards.
+		calls := r.deferredCalls()
+		inParallel(workers, len(calls)+len(jobs), func(i int) {
+			if i < len(calls) {
+				c := calls[i]
+				r.evalHelper(c.h, c.v, c.entry, c.read)
+				return
+			}
+			runJob(r, jobs[i-len(calls)])
+		})
+		clear(r.deferred)
+		r.deferred = r.deferred[:0]
+		r.evals += uint64(len(jobs))
+		jobs = jobs[:0]
 		for _, order := range rekey {
 			if j, ok, _ := r.prefetchLookup(order); ok {
 				jobs = append(jobs, j)
 			}
 		}
-	}
-	if len(jobs) < 2 {
+		if len(jobs) < 2 {
+			return // evaluated in place by evalPod, with the entry found here
+		}
+	} else if len(jobs) < 2 {
 		return // evaluated in place by evalPod, with the entry found here
 	}
-	inParallel(workers, len(jobs), func(i int) {
-		j := jobs[i]
-		start := time.Now()
-		j.out.res, j.out.err = r.evalQuery(j.bc, j.review, nil)
-		j.out.took, j.out.evaluated = time.Since(start), true
-	})
+	inParallel(workers, len(jobs), func(i int) { runJob(r, jobs[i]) })
 	r.evals += uint64(len(jobs))
+}
+
+// runJob evaluates a prefetched miss into its slot.
+func runJob(r *request, j prefetchJob) {
+	start := time.Now()
+	j.out.res, j.out.err = r.evalQuery(j.bc, j.review, nil)
+	j.out.took, j.out.evaluated = time.Since(start), true
 }
 
 // prefetchJob is a pod-only constraint's miss, to be evaluated.
@@ -152,11 +171,56 @@ func inParallel(workers, n int, do func(i int)) {
 	var wg sync.WaitGroup
 	for w := 1; w < workers; w++ {
 		wg.Add(1)
-		go func() {
+		evalWorkers.start(func() {
 			defer wg.Done()
 			run()
-		}()
+		})
 	}
 	run()
 	wg.Wait()
+}
+
+// evalWorkers run inParallel's shares on goroutines that outlive a
+// request. A goroutine started for each request begins with a small
+// stack, and topdown's deep recursion grew it by copying, again on every
+// request: 4% of a one-off pod's CPU. A share finds an idle worker or
+// starts a goroutine of its own (never waits); idle workers past the
+// pool's size end.
+var evalWorkers = workerPool{tasks: make(chan func())}
+
+// maxIdleWorkers bounds the workers kept waiting between requests.
+const maxIdleWorkers = 16
+
+type workerPool struct {
+	tasks chan func()
+	mu    sync.Mutex
+	idle  int // workers waiting on tasks, or about to
+}
+
+func (p *workerPool) start(task func()) {
+	select {
+	case p.tasks <- task:
+		return
+	default:
+	}
+	go p.work(task)
+}
+
+// work runs task, then tasks handed to it while fewer than
+// maxIdleWorkers others wait.
+func (p *workerPool) work(task func()) {
+	for {
+		task()
+		p.mu.Lock()
+		if p.idle >= maxIdleWorkers {
+			p.mu.Unlock()
+			return
+		}
+		p.idle++
+		p.mu.Unlock()
+		task = <-p.tasks
+		p.mu.Lock()
+		p.idle--
+		p.mu.Unlock()
+	}
 }

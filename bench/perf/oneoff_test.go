@@ -121,3 +121,52 @@ func BenchmarkReplicaPod(b *testing.B) {
 		p.Release()
 	}
 }
+
+// BenchmarkPodStream times Evaluate as the extender calls it (the pod
+// decoded from its JSON, 500 candidates, every core) on the realistic
+// mix, warm: "replica" new replicas of known ReplicaSets only, "one-off"
+// one-off pods only (a new Job each: new image, labels and names). The
+// time per pod and its allocations are what a filter call costs the
+// engine before the answer is written. Run with
+//
+//	cd bench && go test -run '^$' -bench PodStream -benchmem ./perf/
+func BenchmarkPodStream(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		share float64
+	}{{"replica", 0}, {"one-off", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			ps, err := LoadRealistic(testDirs(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := NewEngine(ctx, opa.Options{}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { e.Close(ctx) })
+			cands := Candidates(500)
+			s := NewStream(7, 3, tc.share)
+			run := func() {
+				pod, err := opa.DecodePod(s.Next().JSON)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: pod, Candidates: cands})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Release()
+			}
+			for range 300 { // warm: the ReplicaSets, the namespaces' classes
+				run()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				run()
+			}
+		})
+	}
+}

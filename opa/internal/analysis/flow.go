@@ -390,7 +390,7 @@ func (z *analyzer) result() *Result {
 		}
 		msgs = nil
 	}
-	a.InputPaths = minimizePaths(keyPaths(input), true)
+	a.InputPaths = dropDeterminedHelpers(minimizePaths(keyPaths(input), true))
 	a.NodePaths = minimizePaths(readPaths(node), false)
 	for _, p := range minimizePaths(z.exists, false) {
 		if !covers(a.NodePaths, p) {

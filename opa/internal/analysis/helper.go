@@ -257,3 +257,62 @@ func exactInputOrigin(t *ast.Term, env map[ast.Var]origin) (origin, bool) {
 	}
 	return o, true
 }
+
+// dropDeterminedHelpers leaves out of the key paths each Helper whose
+// answer the other paths already decide: the function is called on a
+// list's element (the Helper follows Each), and every value it reads of
+// the element is keyed raw by another path, read whenever the Helper is
+// (unconditionally, or under the same condition). allowedrepos reads
+// `container.image` in its own condition and through `is_exempt(c)`: its
+// key holds each image, so whether is_exempt holds on each adds nothing,
+// and a pod with a new image would only pay the helper's evaluation on
+// top of the template's. An argument that is not an element (a field
+// that may be absent) is kept: whether the function is called at all is
+// not in the raw reads.
+func dropDeterminedHelpers(paths [][]*ast.Term) [][]*ast.Term {
+	var out [][]*ast.Term
+	for _, p := range paths {
+		if !helperDetermined(p, paths) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func helperDetermined(p []*ast.Term, paths [][]*ast.Term) bool {
+	n := len(p)
+	if n < 2 || !IsEach(p[n-2]) {
+		return false
+	}
+	h, ok := HelperOf(p[n-1])
+	if !ok || len(h.Reads) == 0 {
+		return false
+	}
+	for _, r := range h.Reads {
+		target := append(append([]*ast.Term(nil), p[:n-1]...), r...)
+		if !rawCovers(paths, target) {
+			return false
+		}
+	}
+	return true
+}
+
+// rawCovers reports whether a key path that ends in no Helper holds the
+// value at target whenever target's own path is read.
+func rawCovers(paths [][]*ast.Term, target []*ast.Term) bool {
+	for _, q := range paths {
+		if len(q) == 0 || IsHelper(q[len(q)-1]) {
+			continue
+		}
+		if _, _, _, conditional := Condition(q); conditional {
+			if prefixCovers(q, target) { // the same condition, then the path
+				return true
+			}
+			continue
+		}
+		if prefixCovers(q, unconditioned(target)) {
+			return true
+		}
+	}
+	return false
+}

@@ -41,9 +41,34 @@ func TestAnalyzeHelpers(t *testing.T) {
 			reads: []string{containers + "[_].(count)", containers + "[_].(has_prefix(_, \"debug/\") on .image)"},
 		},
 		{
-			name: "a printed value the function reads is keyed: the function sees the real one", params: `{"exemptImages": ["safe/*"]}`,
+			name: "a printed value the function reads is keyed: the function sees the real one, and the keyed image decides its answer", params: `{"exemptImages": ["safe/*"]}`,
 			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nnot is_exempt(c)\nmsg := sprintf(\"%v\", [c.image])\n}" + exemptLib,
-			reads: []string{containers + "[_].(count)", containers + "[_].(is_exempt(_) on .image)", containers + "[_].image"},
+			reads: []string{containers + "[_].(count)", containers + "[_].image"},
+		},
+		{
+			name: "an image read in the template's own condition decides is_exempt's answer (allowedrepos)", params: `{"exemptImages": ["safe/*"]}`,
+			rego:  "violation contains {\"msg\": msg} if {\nc := " + containers + "[_]\nnot is_exempt(c)\nnot startswith(c.image, \"ok/\")\nmsg := sprintf(\"%v %v\", [c.name, c.image])\n}" + exemptLib,
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].name (message only)"},
+		},
+		{
+			name: "the whole element keyed decides any helper on it", params: `{"exemptImages": ["safe/*"]}`,
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot is_exempt(c)\nc == {\"image\": \"x\"}\n}" + exemptLib,
+			reads: []string{containers + "[_]"},
+		},
+		{
+			name: "a helper reading more than the keyed values keeps its answer", params: `{"exemptImages": ["safe/*"]}`,
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot ok(c)\nnot startswith(c.image, \"ok/\")\n}\nok(c) if { startswith(c.image, \"safe/\"); c.securityContext.runAsNonRoot }",
+			reads: []string{containers + "[_].(count)", containers + "[_].(ok(_) on .image, .securityContext.runAsNonRoot)", containers + "[_].image"},
+		},
+		{
+			name: "an image keyed only in other lists' elements does not decide this list's helper", params: `{"exemptImages": ["safe/*"]}`,
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot is_exempt(c)\n}\nviolation contains {\"msg\": \"y\"} if {\nstartswith(" + inits + "[_].image, \"bad/\")\n}" + exemptLib,
+			reads: []string{containers + "[_].(count)", containers + "[_].(is_exempt(_) on .image)", inits + "[_].(count)", inits + "[_].image"},
+		},
+		{
+			name: "a helper on a field that may be absent keeps its answer: whether it is called is not keyed", params: `{"exemptImages": ["safe/*"]}`,
+			rego:  "violation contains {\"msg\": \"x\"} if {\nc := " + containers + "[_]\nnot root(c.securityContext)\nc.securityContext.runAsUser == 0\n}\nroot(s) if s.runAsUser == 0",
+			reads: []string{containers + "[_].(count)", containers + "[_].securityContext.(root(_) on .runAsUser)", containers + "[_].securityContext.runAsUser"},
 		},
 		{
 			name:  "a function that reads input itself, even at the argument's path, is read as it is",
