@@ -1,8 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -566,5 +571,38 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 	rec := do(t, s.Handler(), http.MethodPost, "/filter", body)
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+}
+
+// TestAnswersCarryTheirLength: filter and prioritize answers, thousands of
+// bytes long, go out with Content-Length, not chunked.
+func TestAnswersCarryTheirLength(t *testing.T) {
+	s, _ := newTestServer(t, Options{})
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	var many []string
+	for i := range 400 {
+		many = append(many, fmt.Sprintf("bad-%d", i))
+	}
+	body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: testPod("team-a", "web-1"), NodeNames: &many})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"/filter", "/prioritize"} {
+		resp, err := ts.Client().Post(ts.URL+verb, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || len(out) < 4096 {
+			t.Fatalf("%s: HTTP %d, %d bytes: %.200s", verb, resp.StatusCode, len(out), out)
+		}
+		if resp.ContentLength != int64(len(out)) || len(resp.TransferEncoding) > 0 {
+			t.Errorf("%s: Content-Length %d, Transfer-Encoding %v, for %d bytes", verb, resp.ContentLength, resp.TransferEncoding, len(out))
+		}
 	}
 }

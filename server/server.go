@@ -2,6 +2,7 @@ package server
 
 import (
 	"k8s.io/apimachinery/pkg/types"
+	"strconv"
 
 	"context"
 	"encoding/json"
@@ -264,6 +265,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		bp := pool.get()
 		b, err := a.appendJSON((*bp)[:0])
 		if err == nil {
+			// A known length: the answer goes out in one piece, not chunked.
+			h.Set("Content-Length", strconv.Itoa(len(b)))
 			w.WriteHeader(status)
 			_, _ = w.Write(b) // the client went away; nothing to do
 			*bp = b

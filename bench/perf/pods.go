@@ -103,13 +103,51 @@ func (s *Stream) Next() Pod {
 
 // Replica is pod i of ReplicaSets[rs].
 func (s *Stream) Replica(rs, i int) Pod {
+	return s.replicaInto(nil, rs, i)
+}
+
+// NextInto is Next, a replica's JSON written into buf's storage (grown as
+// needed): a load generator in the service's process leaves the service's
+// collector only the service's own garbage. The pod's JSON is valid until
+// buf is written again.
+func (s *Stream) NextInto(buf *[]byte) Pod {
+	s.n++
+	if s.rng.Float64() < s.OneOffShare {
+		return s.OneOff(s.n)
+	}
+	p := s.replicaInto((*buf)[:0], s.rng.IntN(len(ReplicaSets)), s.n)
+	*buf = p.JSON
+	return p
+}
+
+// replicaInto appends pod i of ReplicaSets[rs] to dst: the ReplicaSet's
+// template with its name, uid and token volume name filled in.
+func (s *Stream) replicaInto(dst []byte, rs, i int) Pod {
 	r := ReplicaSets[rs]
 	name := fmt.Sprintf("%s-%s-w%d%05d", r.App, r.Hash, s.worker, i)
 	uid := fmt.Sprintf("0d000000-%04x-4000-8000-%012x", s.worker, i)
-	b := bytes.Replace(s.templates[rs], []byte(namePlaceholder), []byte(name), 1)
-	b = bytes.Replace(b, []byte(uidPlaceholder), []byte(uid), 1)
-	b = bytes.ReplaceAll(b, []byte(tokenPlaceholder), []byte(tokenVolume(s.worker, i)))
-	return Pod{Kind: "replica", Namespace: r.Namespace, Name: name, JSON: b}
+	token := tokenVolume(s.worker, i)
+	src := s.templates[rs]
+	for len(src) > 0 {
+		at := bytes.Index(src, []byte("__"))
+		if at < 0 {
+			dst = append(dst, src...)
+			break
+		}
+		dst = append(dst, src[:at]...)
+		src = src[at:]
+		switch {
+		case bytes.HasPrefix(src, []byte(namePlaceholder)):
+			dst, src = append(dst, name...), src[len(namePlaceholder):]
+		case bytes.HasPrefix(src, []byte(uidPlaceholder)):
+			dst, src = append(dst, uid...), src[len(uidPlaceholder):]
+		case bytes.HasPrefix(src, []byte(tokenPlaceholder)):
+			dst, src = append(dst, token...), src[len(tokenPlaceholder):]
+		default:
+			dst, src = append(dst, src[:2]...), src[2:]
+		}
+	}
+	return Pod{Kind: "replica", Namespace: r.Namespace, Name: name, JSON: dst}
 }
 
 // OneOff is the i-th one-off pod.

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -336,5 +337,46 @@ func TestStreamPodsUnique(t *testing.T) {
 	}
 	if replicas < total*9/10 {
 		t.Errorf("%d replicas of %d pods", replicas, total)
+	}
+}
+
+// TestNextIntoIsNext: NextInto gives the pods Next gives, in its reused
+// buffer, and a replica is its ReplicaSet's template with the name, uid
+// and token volume name replaced (the reference, with bytes.Replace).
+func TestNextIntoIsNext(t *testing.T) {
+	a, b := NewStream(3, 2, 0.05), NewStream(3, 2, 0.05)
+	var buf []byte
+	replicas := 0
+	for i := range 2000 {
+		want, got := a.Next(), b.NextInto(&buf)
+		if want.Kind != got.Kind || want.Name != got.Name || want.Namespace != got.Namespace || !bytes.Equal(want.JSON, got.JSON) {
+			t.Fatalf("pod %d: NextInto gives %s %s\n%s\nNext gives %s %s\n%s", i, got.Kind, got.Name, got.JSON, want.Kind, want.Name, want.JSON)
+		}
+		if got.Kind != "replica" {
+			continue
+		}
+		replicas++
+		rs := -1
+		for k, r := range ReplicaSets {
+			if strings.HasPrefix(got.Name, r.App+"-"+r.Hash+"-") {
+				rs = k
+			}
+		}
+		if rs < 0 {
+			t.Fatalf("pod %d: %s is no ReplicaSet's", i, got.Name)
+		}
+		var obj struct{ Metadata struct{ UID string } }
+		if err := json.Unmarshal(got.JSON, &obj); err != nil {
+			t.Fatal(err)
+		}
+		ref := bytes.Replace(a.templates[rs], []byte(namePlaceholder), []byte(got.Name), 1)
+		ref = bytes.Replace(ref, []byte(uidPlaceholder), []byte(obj.Metadata.UID), 1)
+		ref = bytes.ReplaceAll(ref, []byte(tokenPlaceholder), []byte(tokenVolume(2, a.n)))
+		if !bytes.Equal(ref, got.JSON) {
+			t.Fatalf("pod %d:\n%s\nwant\n%s", i, got.JSON, ref)
+		}
+	}
+	if replicas < 1800 {
+		t.Fatalf("%d replicas", replicas)
 	}
 }
