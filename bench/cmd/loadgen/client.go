@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -354,6 +355,7 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	res.AllocsPerRequest = float64(after.mallocs-before.mallocs) / n
 	res.BytesPerRequest = float64(after.allocBytes-before.allocBytes) / n
 	res.GCs = uint32(after.gcs - before.gcs)
+	res.CPUMsPerRequest = (after.cpu - before.cpu).Seconds() * 1000 / n
 	res.StealPercent = -1
 	if stealOK {
 		res.StealPercent = perf.StealPercent(steal1-steal0, elapsed)
@@ -376,6 +378,10 @@ type counters struct {
 	mallocs    uint64
 	allocBytes uint64
 	gcs        uint64
+	// cpu is the CPU time (user and system) of the process the server
+	// runs in: on a shared VM whose speed changes from minute to minute,
+	// the work per request is steadier than its latency.
+	cpu time.Duration
 }
 
 // processCounters reads the in-process engine's and this process's
@@ -385,7 +391,12 @@ func processCounters(e *opa.Engine) func() (counters, error) {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return counters{stats: e.Stats(), mallocs: ms.Mallocs, allocBytes: ms.TotalAlloc, gcs: uint64(ms.NumGC)}, nil
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return counters{}, fmt.Errorf("getrusage: %w", err)
+		}
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		return counters{stats: e.Stats(), mallocs: ms.Mallocs, allocBytes: ms.TotalAlloc, gcs: uint64(ms.NumGC), cpu: cpu}, nil
 	}
 }
 
@@ -406,6 +417,7 @@ func serviceCounters(svc *perf.Service) func() (counters, error) {
 			stats: opa.Stats{Evaluations: u(ns + "evaluations_total"), MemoHits: u(ns + "memo_hits_total"),
 				MemoMisses: u(ns + "memo_misses_total"), EvalErrors: u(ns + "evaluation_errors_total")},
 			mallocs: u("go_memstats_mallocs_total"), allocBytes: u("go_memstats_alloc_bytes_total"), gcs: u("go_gc_duration_seconds_count"),
+			cpu: time.Duration(m["process_cpu_seconds_total"] * float64(time.Second)),
 		}, nil
 	}
 }

@@ -127,6 +127,12 @@ type Scenario struct {
 	AllocsPerRequest float64 `json:"allocsPerRequest"`
 	BytesPerRequest  float64 `json:"bytesPerRequest"`
 	GCs              uint32  `json:"gcs"`
+	// CPUMsPerRequest is the CPU time (user and system) of the process
+	// the server runs in per measured request: in process, the load
+	// generator's too; with -service, the service's alone (its
+	// process_cpu_seconds_total, in steps of 10 ms). Each includes one
+	// forced collection of the counters' readings.
+	CPUMsPerRequest float64 `json:"cpuMsPerRequest"`
 	// StealPercent is the share of the machine's CPU time the hypervisor
 	// gave other guests during the measured requests (/proc/stat's steal,
 	// over every CPU); -1 where it cannot be read. Tails measured while
@@ -247,8 +253,8 @@ func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare)
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU steal % |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
 		oneOff := "-" // no one-off pod among the measured requests
 		if s.OneOffRequests > 0 {
@@ -258,10 +264,10 @@ func printMarkdown(w io.Writer, r *Report) {
 		if s.StealPercent >= 0 {
 			steal = fmt.Sprintf("%.1f", s.StealPercent)
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %s |\n",
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s |\n",
 			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff,
 			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
-			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, steal)
+			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")
