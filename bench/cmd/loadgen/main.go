@@ -60,6 +60,8 @@ type flags struct {
 	// service is the opa-scheduler-extender binary to measure as its own
 	// process (empty: the engine and server in this process).
 	service string
+	// floor: time the scenarios against a server without the engine too.
+	floor bool
 }
 
 func parseFlags() (*flags, error) {
@@ -92,6 +94,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
+	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server in this process that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"; not with -service)")
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	if fs.NArg() > 0 {
@@ -152,8 +155,8 @@ func parseFlags() (*flags, error) {
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
 		return nil, errors.New("no scenario: -nodes and -full-nodes are both empty")
 	}
-	if f.service != "" && (f.peer || f.footprint || f.cpuProfile != "" || f.memProfile != "") {
-		return nil, errors.New("-service measures the service's latency only: pass -peer=false -footprint=false, and profile the service through its /debug/pprof")
+	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "") {
+		return nil, errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
 	}
 	return f, nil
 }
@@ -238,6 +241,11 @@ func run() error {
 	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory)
 	if err != nil {
 		return err
+	}
+	if f.floor {
+		if err := floorScenarios(ctx, f, c, rep); err != nil {
+			return err
+		}
 	}
 	if f.memProfile != "" {
 		if err := writeHeapProfile(f.memProfile); err != nil {

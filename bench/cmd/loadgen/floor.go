@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+)
+
+// The floor (-floor): what a request costs on this machine without the
+// engine. A server in this process reads each filter or prioritize request
+// whole and answers with the bytes the service gave the probe's pod in the
+// same scenario: the same client, connection, request and answer sizes,
+// the same process and heap, no decoding, no policy. Its p99 is the part
+// of a scenario's p99 that the host, the HTTP stack and the load
+// generator take, whatever the engine does.
+type floorServer struct {
+	mu      sync.Mutex
+	answers map[string][]byte // by path: /filter, /prioritize
+	base    string
+	srv     *http.Server
+}
+
+func startFloor() (*floorServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &floorServer{answers: map[string][]byte{}, base: "http://" + ln.Addr().String()}
+	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = f.srv.Serve(ln) }()
+	return f, nil
+}
+
+func (f *floorServer) stop() { _ = f.srv.Close() }
+
+func (f *floorServer) serve(w http.ResponseWriter, r *http.Request) {
+	_, err := io.Copy(io.Discard, r.Body)
+	f.mu.Lock()
+	answer, ok := f.answers[r.URL.Path]
+	f.mu.Unlock()
+	if err != nil || !ok {
+		http.Error(w, "no answer for "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(answer)))
+	_, _ = w.Write(answer)
+}
+
+// floorScenarios times every scenario of rep again against a floor server,
+// its answers taken from the service at c for the probe's pod, and adds
+// the results to rep as "floor <verb>" rows.
+func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
+	fs, err := startFloor()
+	if err != nil {
+		return err
+	}
+	defer fs.stop()
+	fc := newClient(fs.base, f.concurrency)
+	fc.counters, fc.memory, fc.nodeSize, fc.noMetrics = c.counters, c.memory, c.nodeSize, true
+	measured := len(rep.Scenarios)
+	for _, res := range rep.Scenarios[:measured] {
+		s := scenario{verb: res.Verb, full: res.Mode == "nodes", nodes: res.Nodes}
+		b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
+		body := b.Build(perf.NewStream(f.seed, 99, 0).Replica(0, 0))
+		for _, v := range verbsOf(s.verb) {
+			answer, _, err := c.post(ctx, v, body)
+			if err != nil {
+				return err
+			}
+			fs.mu.Lock()
+			fs.answers["/"+v] = answer
+			fs.mu.Unlock()
+		}
+		out, err := fc.run(ctx, s, f)
+		if err != nil {
+			return errors.Join(errors.New("floor "+s.name()), err)
+		}
+		out.Name, out.Verb = "floor/"+out.Name, "floor "+out.Verb
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms", out.Name, out.Requests, out.RPS, out.P50Ms, out.P99Ms, out.MaxMs)
+		rep.Scenarios = append(rep.Scenarios, out)
+	}
+	return nil
+}
