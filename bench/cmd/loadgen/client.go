@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,9 @@ type client struct {
 	nodeSize perf.NodeSize
 	// noMetrics: the server has no /metrics of the service's (the floor).
 	noMetrics bool
+	// inProcess: the server runs in this process (its collections are
+	// this process's).
+	inProcess bool
 }
 
 func newClient(base string, concurrency int) *client {
@@ -301,6 +305,16 @@ func check(out []byte, s scenario) error {
 type sample struct {
 	d      time.Duration
 	oneOff bool
+	// gcEnded: a collection of this process ended while the request was
+	// in flight (in process only: the service's own collector then).
+	gcEnded bool
+}
+
+// gcCycles reads this process's completed collections.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // workerResult is what one worker measured.
@@ -473,7 +487,12 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				p := streams[w].NextInto(&podBuf)
 				body := b.BuildInto(&buf, p)
+				var gc0 uint64
+				if c.inProcess {
+					gc0 = gcCycles()
+				}
 				d, size, err := c.send(conn, s.verb, body, &sink)
+				gcEnded := c.inProcess && gcCycles() != gc0
 				if err != nil {
 					r.err = err
 					return
@@ -485,7 +504,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 					}
 				}
 				if keep {
-					r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off"})
+					r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off", gcEnded: gcEnded})
 					r.bodyBytes += int64(len(body))
 					r.respBytes += int64(size)
 				}
@@ -499,8 +518,9 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 // summarize is the scenario's latencies and sizes from its workers'
 // samples.
 func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration) (Scenario, error) {
-	var all, oneOff []time.Duration
+	var all, oneOff, replicas, quiet []time.Duration
 	var reqBytes, resp int64
+	gcEnded := 0
 	for _, r := range results {
 		if r.err != nil {
 			return Scenario{}, r.err
@@ -509,6 +529,14 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 			all = append(all, x.d)
 			if x.oneOff {
 				oneOff = append(oneOff, x.d)
+			} else {
+				replicas = append(replicas, x.d)
+				if !x.gcEnded {
+					quiet = append(quiet, x.d)
+				}
+			}
+			if x.gcEnded {
+				gcEnded++
 			}
 		}
 		reqBytes += r.bodyBytes
@@ -520,14 +548,22 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 	}
 	slices.Sort(all)
 	slices.Sort(oneOff)
+	slices.Sort(replicas)
+	slices.Sort(quiet)
 	res := Scenario{
 		Name: s.name(), Verb: s.verb, Mode: s.mode(), Nodes: s.nodes, Concurrency: f.concurrency,
 		Requests: n, Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
 		P50Ms: ms(percentile(all, 0.50)), P90Ms: ms(percentile(all, 0.90)), P99Ms: ms(percentile(all, 0.99)),
 		MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
 		OneOffRequests: len(oneOff),
+		ReplicaP99Ms:   ms(percentile(replicas, 0.99)),
+		GCEndedPercent: -1,
 		RequestBytes:   reqBytes / int64(n),
 		ResponseBytes:  resp / int64(n),
+	}
+	if f.service == "" {
+		res.GCEndedPercent = math.Round(1000*float64(gcEnded)/float64(n)) / 10
+		res.QuietReplicaP99Ms = ms(percentile(quiet, 0.99))
 	}
 	if len(oneOff) > 0 {
 		res.OneOffP50Ms = ms(percentile(oneOff, 0.50))

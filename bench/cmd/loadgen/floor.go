@@ -65,7 +65,7 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 	}
 	defer fs.stop()
 	fc := newClient(fs.base, f.concurrency)
-	fc.counters, fc.memory, fc.nodeSize, fc.noMetrics = c.counters, c.memory, c.nodeSize, true
+	fc.counters, fc.memory, fc.nodeSize, fc.noMetrics, fc.inProcess = c.counters, c.memory, c.nodeSize, true, true
 	measured := len(rep.Scenarios)
 	for _, res := range rep.Scenarios[:measured] {
 		s := scenario{verb: res.Verb, full: res.Mode == "nodes", nodes: res.Nodes}

@@ -336,7 +336,7 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 // after them.
 func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error)) (*client, error) {
 	c := newClient(base, f.concurrency)
-	c.counters, c.memory, c.nodeSize = readCounters, mem, f.nodeSize
+	c.counters, c.memory, c.nodeSize, c.inProcess = readCounters, mem, f.nodeSize, f.service == ""
 	if err := runScenarios(ctx, f, c, rep); err != nil {
 		return nil, err
 	}

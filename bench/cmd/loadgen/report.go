@@ -121,6 +121,14 @@ type Scenario struct {
 	OneOffRequests int     `json:"oneOffRequests"`
 	OneOffP50Ms    float64 `json:"oneOffP50Ms,omitempty"`
 	OneOffMeanMs   float64 `json:"oneOffMeanMs,omitempty"`
+	// ReplicaP99Ms is the p99 of the replicas' requests alone, and
+	// QuietReplicaP99Ms that of those during which no collection ended;
+	// GCEndedPercent is the share of requests during which one did (in
+	// process only: -1 with -service). What the p99 is made of: one-off
+	// pods, collections, the rest.
+	ReplicaP99Ms      float64 `json:"replicaP99Ms"`
+	QuietReplicaP99Ms float64 `json:"quietReplicaP99Ms,omitempty"`
+	GCEndedPercent    float64 `json:"gcEndedPercent"`
 	// AllocsPerRequest and BytesPerRequest are the whole process's
 	// (client and server share it) runtime.MemStats Mallocs and TotalAlloc
 	// deltas over the measured requests.
@@ -253,19 +261,23 @@ func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare)
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
 		oneOff := "-" // no one-off pod among the measured requests
 		if s.OneOffRequests > 0 {
 			oneOff = fmt.Sprintf("%.3f", s.OneOffP50Ms)
 		}
+		quiet, gcEnded := "-", "-"
+		if s.GCEndedPercent >= 0 {
+			quiet, gcEnded = fmt.Sprintf("%.3f", s.QuietReplicaP99Ms), fmt.Sprintf("%.1f", s.GCEndedPercent)
+		}
 		steal := "-"
 		if s.StealPercent >= 0 {
 			steal = fmt.Sprintf("%.1f", s.StealPercent)
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s |\n",
-			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff,
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s |\n",
+			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded,
 			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
 			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal)
 	}
