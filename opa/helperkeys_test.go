@@ -20,8 +20,11 @@ import (
 // definitions conflict on some images (an evaluation error), a
 // node-reading template that tests the pod's containers with is_exempt,
 // one whose helper's argument may be absent (a container's
-// securityContext), and one whose helper also reads the pod through a
-// rule of the template, which is no Helper (K8sHelperRuleRef).
+// securityContext), one whose helper also reads the pod through a rule
+// of the template, which is no Helper (K8sHelperRuleRef), and one that
+// compares the image itself besides is_exempt (K8sHelperRepos, the
+// library's allowed repositories): its key holds the image, which decides
+// is_exempt's answer, so that helper is never evaluated alone.
 const helperPolicies = `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -68,6 +71,50 @@ kind: K8sHelperPriv
 metadata: {name: helper-priv}
 spec:
   parameters: {exemptImages: ["safe.io/*", "tools.io/debug:1.0"]}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8shelperrepos}
+spec:
+  crd:
+    spec:
+      names: {kind: K8sHelperRepos}
+      validation: {openAPIV3Schema: {type: object, properties: {repos: {type: array, items: {type: string}}, exemptImages: {type: array, items: {type: string}}}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8shelperrepos
+        import data.lib.exempt_container.is_exempt
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          not is_exempt(c)
+          not strings.any_prefix_match(c.image, input.parameters.repos)
+          msg := sprintf("container <%v> has an invalid image repo <%v>", [c.name, c.image])
+        }
+      libs:
+        - |
+          package lib.exempt_container
+          is_exempt(container) {
+            exempt_images := object.get(object.get(input, "parameters", {}), "exemptImages", [])
+            img := container.image
+            exemption := exempt_images[_]
+            _matches_exemption(img, exemption)
+          }
+          _matches_exemption(img, exemption) {
+            not endswith(exemption, "*")
+            exemption == img
+          }
+          _matches_exemption(img, exemption) {
+            endswith(exemption, "*")
+            prefix := trim_suffix(exemption, "*")
+            startswith(img, prefix)
+          }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sHelperRepos
+metadata: {name: helper-repos}
+spec:
+  parameters: {repos: ["registry.io/app", "debug/"], exemptImages: ["safe.io/*", "tools.io/debug:1.0"]}
 ---
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -234,8 +281,8 @@ func testHelperKeys(t *testing.T, workers int) {
 		t.Helper()
 		return sameAsWithoutMemo(t, memo, exact, p, cands)
 	}
-	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 14 { // priv, conflict, non-root and rule-ref on each node, pool on n-2 and n-3
-		t.Fatalf("the first pod's violations %q, want 14", first)
+	if first := check(helperPod("job-0", "registry.io/report-0:1.0")); len(first) != 17 { // priv, conflict, non-root, rule-ref and repos on each node, pool on n-2 and n-3
+		t.Fatalf("the first pod's violations %q, want 17", first)
 	}
 	before := memo.Stats()
 	const pods = 20
@@ -243,12 +290,15 @@ func testHelperKeys(t *testing.T, workers int) {
 		check(helperPod(fmt.Sprintf("job-%d", i+1), fmt.Sprintf("registry.io/report-%d:1.0", i+1)))
 	}
 	after := memo.Stats()
-	// Only the rule-ref template's: its helper also reads the pod through
-	// a rule, which an evaluation of the helper alone would not see.
-	if evals := after.Evaluations - before.Evaluations; evals != pods {
-		t.Errorf("%d pods with new images ran %d evaluations, want %d: the others read the image only through a helper", pods, evals, pods)
+	// The rule-ref template's (its helper also reads the pod through a
+	// rule, which an evaluation of the helper alone would not see) and the
+	// repos template's, which compares the image itself.
+	if evals := after.Evaluations - before.Evaluations; evals != 2*pods {
+		t.Errorf("%d pods with new images ran %d evaluations, want %d: the others read the image only through a helper", pods, evals, 2*pods)
 	}
-	// One per image and helper: is_exempt, from, pinned, exempt.
+	// One per image and helper: is_exempt, from, pinned, exempt. Not the
+	// repos template's is_exempt: its key holds the image, which decides
+	// the helper's answer.
 	if helpers := after.HelperEvaluations - before.HelperEvaluations; helpers != 4*pods {
 		t.Errorf("%d pods with new images ran %d helper evaluations, want %d", pods, helpers, 4*pods)
 	}

@@ -67,7 +67,10 @@
 //     reads of it: the engine evaluates the function alone, memoised on
 //     those reads, so a new image keys the same verdict as an old one when
 //     is_exempt answers the same; a printed value the function reads stays
-//     in the key, so that the function sees the real value;
+//     in the key, so that the function sees the real value; and a Helper
+//     on a list's element whose reads other key paths hold raw (allowed
+//     repositories compare the image themselves) is left out, its answer
+//     decided by them (dropDeterminedHelpers);
 //   - a key that is an element of a constant list (`ctr[probe]`, probe from
 //     a parameter list) reads each of the list's values, not the whole of
 //     ctr (fanOut);
