@@ -53,9 +53,16 @@ type Dir struct {
 	// scanFailed; nil when it could.
 	scanErr    error
 	scanFailed time.Time
+	// scans counts the scans (fileState.seen).
+	scans uint64
 	// verified is when a scan last compared every file's content.
 	verified       time.Time
 	verifyInterval time.Duration
+	// readBuf holds the file a scan reads, reused from file to file and
+	// scan to scan (under mu): a verifying scan of 5000 Node files read
+	// 50 MB into fresh buffers every 10 s, garbage that paced the
+	// collector under the requests.
+	readBuf bytes.Buffer
 }
 
 type fileState struct {
@@ -69,6 +76,8 @@ type fileState struct {
 	// their JSON size).
 	objects map[objectKey]digest
 	err     error
+	// seen is the number of the last scan that listed the file.
+	seen uint64
 }
 
 // digest is what a change needs of an object the folder held: its kind,
@@ -147,7 +156,8 @@ func (d *Dir) Sync(ctx context.Context) error {
 		return d.scanErr
 	}
 	d.scanErr = nil
-	sc := &scan{dir: d, ctx: ctx, present: map[string]bool{}, changed: map[string]map[objectKey]digest{},
+	d.scans++
+	sc := &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{},
 		verify: time.Since(d.verified) >= d.verifyInterval}
 	if sc.verify {
 		d.verified = time.Now()
@@ -166,9 +176,8 @@ const inventoryChunk = 250
 
 // scan is one pass over the folder.
 type scan struct {
-	dir     *Dir
-	ctx     context.Context
-	present map[string]bool
+	dir *Dir
+	ctx context.Context
 	// changed holds what every changed file holds now (nothing for a
 	// file that is gone).
 	changed map[string]map[objectKey]digest
@@ -185,22 +194,24 @@ type scan struct {
 // content did change.
 func (sc *scan) file(p string) {
 	d := sc.dir
-	sc.present[p] = true
+	st := d.files[p]
+	if st != nil {
+		st.seen = d.scans
+	}
 	info, err := os.Stat(p)
 	if err != nil {
 		return // removed while scanning: the next scan sees it
 	}
-	st := d.files[p]
 	if st != nil && !sc.verify && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
 		return
 	}
-	data, err := os.ReadFile(p)
+	data, err := d.read(p)
 	if err != nil {
 		return // removed or unreadable for now: the next scan sees it
 	}
 	sum := sha256.Sum256(data)
 	if st == nil {
-		st = &fileState{objects: map[objectKey]digest{}}
+		st = &fileState{objects: map[objectKey]digest{}, seen: d.scans}
 		d.files[p] = st
 	} else if st.sum == sum {
 		st.info, st.modTime, st.size = info, info.ModTime(), info.Size()
@@ -230,6 +241,38 @@ func (sc *scan) file(p string) {
 	sc.changed[p] = next
 }
 
+// read reads the file at p into d.readBuf: the bytes are valid until the
+// next read (ReadObjects copies what it keeps).
+func (d *Dir) read(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d.readBuf.Reset()
+	if _, err := d.readBuf.ReadFrom(f); err != nil {
+		return nil, err
+	}
+	if d.readBuf.Cap() > maxKeptReadBuffer {
+		// One huge file is not kept for every scan after it.
+		data := bytes.Clone(d.readBuf.Bytes())
+		d.readBuf = bytes.Buffer{}
+		return data, nil
+	}
+	return d.readBuf.Bytes(), nil
+}
+
+// maxKeptReadBuffer bounds the read buffer a folder source keeps between
+// files.
+const maxKeptReadBuffer = 4 << 20
+
+// listed reports whether this scan listed the file at p (a file it has
+// state for).
+func (sc *scan) listed(p string) bool {
+	st := sc.dir.files[p]
+	return st != nil && st.seen == sc.dir.scans
+}
+
 // add queues an upsert: policy objects until the end, inventory objects
 // until a chunk is full.
 func (sc *scan) add(ch opa.Change) {
@@ -251,9 +294,17 @@ func (sc *scan) add(ch opa.Change) {
 func (sc *scan) finish() {
 	d := sc.dir
 	for p := range d.files {
-		if !sc.present[p] {
+		if !sc.listed(p) {
 			sc.changed[p] = nil
 		}
+	}
+	if len(sc.changed) == 0 {
+		// Nothing to delete: the usual scan, every 250 ms. Building the
+		// set of held objects here cost a map of every object in the
+		// folder per scan (1.3 MB of garbage with 5000 Nodes).
+		sc.apply(sc.inventory)
+		sc.apply(sc.policies)
+		return
 	}
 	held := map[objectKey]bool{}
 	for p, st := range d.files {
@@ -272,7 +323,7 @@ func (sc *scan) finish() {
 				changes = append(changes, opa.Change{Delete: &opa.ObjectRef{GroupVersionKind: old.gvk, Namespace: k.namespace, Name: k.name}})
 			}
 		}
-		if sc.present[p] {
+		if sc.listed(p) {
 			d.files[p].objects = next
 		} else {
 			delete(d.files, p)
