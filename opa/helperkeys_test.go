@@ -14,6 +14,28 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
+// exemptLibYAML is the library's exempt_container lib as a template's
+// libs entry: every template that uses it carries its own copy.
+const exemptLibYAML = `      libs:
+        - |
+          package lib.exempt_container
+          is_exempt(container) {
+            exempt_images := object.get(object.get(input, "parameters", {}), "exemptImages", [])
+            img := container.image
+            exemption := exempt_images[_]
+            _matches_exemption(img, exemption)
+          }
+          _matches_exemption(img, exemption) {
+            not endswith(exemption, "*")
+            exemption == img
+          }
+          _matches_exemption(img, exemption) {
+            endswith(exemption, "*")
+            prefix := trim_suffix(exemption, "*")
+            startswith(img, prefix)
+          }
+`
+
 // helperPolicies are templates whose verdicts read the pod's images only
 // through a boolean helper (analysis.Helper): the library's is_exempt
 // with exemptImages, a helper with a constant argument, one whose two
@@ -47,25 +69,7 @@ spec:
         }
         input_containers[c] { c := input.review.object.spec.containers[_] }
         input_containers[c] { c := input.review.object.spec.initContainers[_] }
-      libs:
-        - |
-          package lib.exempt_container
-          is_exempt(container) {
-            exempt_images := object.get(object.get(input, "parameters", {}), "exemptImages", [])
-            img := container.image
-            exemption := exempt_images[_]
-            _matches_exemption(img, exemption)
-          }
-          _matches_exemption(img, exemption) {
-            not endswith(exemption, "*")
-            exemption == img
-          }
-          _matches_exemption(img, exemption) {
-            endswith(exemption, "*")
-            prefix := trim_suffix(exemption, "*")
-            startswith(img, prefix)
-          }
----
+` + exemptLibYAML + `---
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sHelperPriv
 metadata: {name: helper-priv}
@@ -91,25 +95,7 @@ spec:
           not strings.any_prefix_match(c.image, input.parameters.repos)
           msg := sprintf("container <%v> has an invalid image repo <%v>", [c.name, c.image])
         }
-      libs:
-        - |
-          package lib.exempt_container
-          is_exempt(container) {
-            exempt_images := object.get(object.get(input, "parameters", {}), "exemptImages", [])
-            img := container.image
-            exemption := exempt_images[_]
-            _matches_exemption(img, exemption)
-          }
-          _matches_exemption(img, exemption) {
-            not endswith(exemption, "*")
-            exemption == img
-          }
-          _matches_exemption(img, exemption) {
-            endswith(exemption, "*")
-            prefix := trim_suffix(exemption, "*")
-            startswith(img, prefix)
-          }
----
+` + exemptLibYAML + `---
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sHelperRepos
 metadata: {name: helper-repos}
