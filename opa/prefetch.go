@@ -184,17 +184,25 @@ func inParallel(workers, n int, do func(i int)) {
 // request. A goroutine started for each request begins with a small
 // stack, and topdown's deep recursion grew it by copying, again on every
 // request: 4% of a one-off pod's CPU. A share finds an idle worker or
-// starts a goroutine of its own (never waits); idle workers past the
-// pool's size end.
-var evalWorkers = workerPool{tasks: make(chan func())}
+// starts a goroutine of its own (never waits); a worker ends when
+// maxIdleWorkers others already wait, or after idleWorkerTimeout without
+// work, so that an idle engine keeps no goroutines.
+var evalWorkers = workerPool{tasks: make(chan func()), idleTimeout: idleWorkerTimeout}
 
-// maxIdleWorkers bounds the workers kept waiting between requests.
-const maxIdleWorkers = 16
+const (
+	// maxIdleWorkers bounds the workers kept waiting between requests.
+	maxIdleWorkers = 16
+	// idleWorkerTimeout is how long a worker waits for work before it
+	// ends: one-off pods come every few dozen requests under load.
+	idleWorkerTimeout = 2 * time.Second
+)
 
 type workerPool struct {
-	tasks chan func()
-	mu    sync.Mutex
-	idle  int // workers waiting on tasks, or about to
+	tasks       chan func()
+	idleTimeout time.Duration
+	mu          sync.Mutex
+	idle        int // workers waiting on tasks, or about to
+	live        int // workers running
 }
 
 func (p *workerPool) start(task func()) {
@@ -203,12 +211,22 @@ func (p *workerPool) start(task func()) {
 		return
 	default:
 	}
+	p.mu.Lock()
+	p.live++
+	p.mu.Unlock()
 	go p.work(task)
 }
 
-// work runs task, then tasks handed to it while fewer than
-// maxIdleWorkers others wait.
+// work runs task, then the tasks handed to it, until it would be one
+// idle worker too many or it waited idleTimeout for one.
 func (p *workerPool) work(task func()) {
+	timer := time.NewTimer(p.idleTimeout)
+	defer func() {
+		timer.Stop()
+		p.mu.Lock()
+		p.live--
+		p.mu.Unlock()
+	}()
 	for {
 		task()
 		p.mu.Lock()
@@ -218,9 +236,18 @@ func (p *workerPool) work(task func()) {
 		}
 		p.idle++
 		p.mu.Unlock()
-		task = <-p.tasks
+		timer.Reset(p.idleTimeout)
+		var ok bool
+		select {
+		case task = <-p.tasks:
+			ok = true
+		case <-timer.C:
+		}
 		p.mu.Lock()
 		p.idle--
 		p.mu.Unlock()
+		if !ok {
+			return
+		}
 	}
 }

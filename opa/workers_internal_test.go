@@ -41,9 +41,10 @@ func TestInParallelRunsEachOnce(t *testing.T) {
 }
 
 // TestWorkerPoolKeepsFewIdle: workers that finish wait for more work up
-// to maxIdleWorkers; the others end, and a task never waits for a worker.
+// to maxIdleWorkers, the others end, a task never waits for a worker, and
+// workers idle for idleTimeout end too.
 func TestWorkerPoolKeepsFewIdle(t *testing.T) {
-	p := &workerPool{tasks: make(chan func())}
+	p := &workerPool{tasks: make(chan func()), idleTimeout: time.Hour}
 	var done sync.WaitGroup
 	release := make(chan struct{})
 	for range 3 * maxIdleWorkers {
@@ -52,19 +53,7 @@ func TestWorkerPoolKeepsFewIdle(t *testing.T) {
 	}
 	close(release)
 	done.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		idle := p.idle
-		p.mu.Unlock()
-		if idle == maxIdleWorkers {
-			break
-		}
-		if idle > maxIdleWorkers || time.Now().After(deadline) {
-			t.Fatalf("%d idle workers, want %d", idle, maxIdleWorkers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	settles(t, p, maxIdleWorkers, maxIdleWorkers)
 	var ran atomic.Int32
 	done.Add(2 * maxIdleWorkers)
 	for range 2 * maxIdleWorkers { // more than wait: the rest start their own
@@ -73,5 +62,31 @@ func TestWorkerPoolKeepsFewIdle(t *testing.T) {
 	done.Wait()
 	if ran.Load() != 2*maxIdleWorkers {
 		t.Fatalf("%d tasks ran, want %d", ran.Load(), 2*maxIdleWorkers)
+	}
+
+	short := &workerPool{tasks: make(chan func()), idleTimeout: 20 * time.Millisecond}
+	done.Add(3)
+	for range 3 {
+		short.start(done.Done)
+	}
+	done.Wait()
+	settles(t, short, 0, 0)
+}
+
+// settles waits until p has idle workers waiting and live ones running.
+func settles(t *testing.T, p *workerPool, idle, live int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		gotIdle, gotLive := p.idle, p.live
+		p.mu.Unlock()
+		if gotIdle == idle && gotLive == live {
+			return
+		}
+		if gotIdle > maxIdleWorkers || time.Now().After(deadline) {
+			t.Fatalf("%d idle and %d live workers, want %d and %d", gotIdle, gotLive, idle, live)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
