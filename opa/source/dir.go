@@ -293,8 +293,8 @@ func (sc *scan) add(ch opa.Change) {
 // another is an update, not a delete and add.
 func (sc *scan) finish() {
 	d := sc.dir
-	for p := range d.files {
-		if !sc.listed(p) {
+	for p, st := range d.files {
+		if st.seen != d.scans { // gone from the folder
 			sc.changed[p] = nil
 		}
 	}
