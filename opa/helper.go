@@ -315,9 +315,10 @@ type deferredHelper struct {
 	read  []*ast.Term
 }
 
-// deferredCalls are the deferred helper answers to evaluate, each once.
+// deferredCalls are the deferred helper answers to evaluate, each once,
+// in r.deferred's own storage (the caller clears it after the batch).
 func (r *request) deferredCalls() []deferredHelper {
-	calls := make([]deferredHelper, 0, len(r.deferred))
+	calls := r.deferred[:0]
 	seen := map[*memo.Entry[bool]]bool{}
 	for _, c := range r.deferred {
 		if !seen[c.entry] {

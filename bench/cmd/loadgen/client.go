@@ -310,9 +310,9 @@ type sample struct {
 	gcEnded bool
 }
 
-// gcCycles reads this process's completed collections.
-func gcCycles() uint64 {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+// gcCycles reads this process's completed collections into s, a worker's
+// own one-sample slice (read twice per request: no allocation).
+func gcCycles(s []metrics.Sample) uint64 {
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
@@ -441,9 +441,12 @@ func serviceCounters(svc *perf.Service) func() (counters, error) {
 	}
 }
 
+// probePod is the pod the probe sends (and the floor answers for).
+func probePod(f *flags) perf.Pod { return perf.NewStream(f.seed, 99, 0).Replica(0, 0) }
+
 // probe checks the envelope and the answers once with the upstream types.
 func (c *client) probe(ctx context.Context, s scenario, f *flags, b *perf.Args) error {
-	pod := perf.NewStream(f.seed, 99, 0).Replica(0, 0)
+	pod := probePod(f)
 	body := b.Build(pod)
 	if err := b.Check(body, pod); err != nil {
 		return err
@@ -484,15 +487,16 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 			defer conn.close()
 			var buf, sink bytes.Buffer
 			var podBuf []byte
+			gcSample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				p := streams[w].NextInto(&podBuf)
 				body := b.BuildInto(&buf, p)
 				var gc0 uint64
 				if c.inProcess {
-					gc0 = gcCycles()
+					gc0 = gcCycles(gcSample)
 				}
 				d, size, err := c.send(conn, s.verb, body, &sink)
-				gcEnded := c.inProcess && gcCycles() != gc0
+				gcEnded := c.inProcess && gcCycles(gcSample) != gc0
 				if err != nil {
 					r.err = err
 					return

@@ -70,7 +70,7 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 	for _, res := range rep.Scenarios[:measured] {
 		s := scenario{verb: res.Verb, full: res.Mode == "nodes", nodes: res.Nodes}
 		b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
-		body := b.Build(perf.NewStream(f.seed, 99, 0).Replica(0, 0))
+		body := b.Build(probePod(f))
 		for _, v := range verbsOf(s.verb) {
 			answer, _, err := c.post(ctx, v, body)
 			if err != nil {
