@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"runtime/trace"
 	"sort"
 	"time"
 
@@ -21,9 +22,18 @@ const (
 	verbBind       = "bind"
 )
 
-// countPanic records a panicking call as an error before the recoverer
-// answers it. It must be deferred directly.
-func (s *Server) countPanic(c *verbCall) {
+// startCall begins a verb's call. The call is a region of a runtime trace
+// (/debug/pprof/trace, with --enable-pprof) named for its verb, so that a
+// trace shows each call's running, waiting and collector time; a region
+// costs nothing while no trace runs.
+func startCall(r *http.Request, verb string) *verbCall {
+	return &verbCall{verb: verb, start: time.Now(), region: trace.StartRegion(r.Context(), verb)}
+}
+
+// endCall ends the call's trace region and records a panicking call as an
+// error before the recoverer answers it. It must be deferred directly.
+func (s *Server) endCall(c *verbCall) {
+	c.region.End()
 	if p := recover(); p != nil {
 		s.metrics.observe(c.verb, resultError, time.Since(c.start))
 		panic(p)
@@ -100,8 +110,8 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if !requireMethod(w, r, http.MethodPost) {
 		return
 	}
-	c := &verbCall{verb: verbFilter, start: time.Now()}
-	defer s.countPanic(c)
+	c := startCall(r, verbFilter)
+	defer s.endCall(c)
 	defer func() { c.nameLists.release() }() // set by placeArgs
 	args, pod, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
@@ -192,8 +202,8 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	if !requireMethod(w, r, http.MethodPost) {
 		return
 	}
-	c := &verbCall{verb: verbPrioritize, start: time.Now()}
-	defer s.countPanic(c)
+	c := startCall(r, verbPrioritize)
+	defer s.endCall(c)
 	defer func() { c.nameLists.release() }() // set by placeArgs
 	_, _, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
@@ -219,8 +229,8 @@ func (s *Server) handlePreempt(w http.ResponseWriter, r *http.Request) {
 	if !requireMethod(w, r, http.MethodPost) {
 		return
 	}
-	c := &verbCall{verb: verbPreempt, start: time.Now()}
-	defer s.countPanic(c)
+	c := startCall(r, verbPreempt)
+	defer s.endCall(c)
 	res, rerr := s.preempt(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, preemptError)
@@ -350,8 +360,8 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) {
 	if !requireMethod(w, r, http.MethodPost) {
 		return
 	}
-	c := &verbCall{verb: verbBind, start: time.Now()}
-	defer s.countPanic(c)
+	c := startCall(r, verbBind)
+	defer s.endCall(c)
 	rerr := s.bind(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, bindError)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime/debug"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -372,6 +373,7 @@ func requireMethod(w http.ResponseWriter, r *http.Request, method string) bool {
 type verbCall struct {
 	verb     string
 	start    time.Time
+	region   *trace.Region
 	pod      string
 	nodes    int
 	rejected int

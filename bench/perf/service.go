@@ -76,15 +76,16 @@ type Service struct {
 
 // StartService runs bin in folder mode on dir (no cluster), listening on a
 // free loopback port, with pprof enabled and warnings only in its log
-// (written to stderr).
-func StartService(bin, dir string) (*Service, error) {
+// (written to stderr); extra flags follow those.
+func StartService(bin, dir string, extra ...string) (*Service, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, "serve", "--policy-dir", dir, "--no-cluster", "--listen", addr, "--enable-pprof", "--log-level", "warn")
+	args := append([]string{"serve", "--policy-dir", dir, "--no-cluster", "--listen", addr, "--enable-pprof", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/cmd/opa-scheduler-extender/heapfloor"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/server"
@@ -55,6 +56,7 @@ type serveFlags struct {
 	logDecisions, opaConfig       string
 	memoResults                   int
 	memoBytes                     int64
+	gcHeapFloor                   int64
 }
 
 func (f *serveFlags) register(fs *pflag.FlagSet) {
@@ -85,6 +87,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opaConfig, "opa-config", "", "OPA configuration file (YAML or JSON) for the embedded SDK: services, labels, keys, status and decision_logs report to an OPA control plane as any OPA does, every filter, prioritize and bind decision going to the decision log as one record; bundles and discovery are refused")
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
+	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOMEMLIMIT still bounds the heap")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
@@ -195,6 +198,10 @@ func fileExists(path string) bool {
 }
 
 func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	if f.gcHeapFloor < 0 {
+		return fmt.Errorf("--gc-heap-floor-bytes %d: want 0 or more", f.gcHeapFloor)
+	}
+	defer heapfloor.Start(f.gcHeapFloor).Stop()
 	cfg, err := clusterConfig(f)
 	if err != nil {
 		return err

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -353,10 +355,17 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
+	stopTrace, err := startTrace(f.tracePrefix, s)
+	if err != nil {
+		return Scenario{}, err
+	}
 	steal0, stealOK := perf.StealTicks()
 	start := time.Now()
 	results := c.phase(ctx, s, b, streams, f.duration, true)
 	elapsed := time.Since(start)
+	if err := stopTrace(); err != nil {
+		return Scenario{}, err
+	}
 	steal1, _ := perf.StealTicks()
 	after, err := c.counters()
 	if err != nil {
@@ -597,3 +606,24 @@ func mean(ds []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+// startTrace starts a runtime trace of s's measured requests when a
+// prefix is given; the server's verb handlers mark each call as a region.
+// The returned function stops it and closes the file.
+func startTrace(prefix string, s scenario) (stop func() error, err error) {
+	if prefix == "" {
+		return func() error { return nil }, nil
+	}
+	tf, err := os.Create(fmt.Sprintf("%s%s-%s-%d.trace", prefix, s.verb, s.mode(), s.nodes))
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(tf); err != nil {
+		tf.Close()
+		return nil, fmt.Errorf("start trace: %w", err)
+	}
+	return func() error {
+		trace.Stop()
+		return tf.Close()
+	}, nil
+}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/cmd/opa-scheduler-extender/heapfloor"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
@@ -57,6 +58,13 @@ type flags struct {
 	footprintSets []string
 	cpuProfile    string
 	memProfile    string
+	// tracePrefix: write a runtime trace of each scenario's measured
+	// requests to <tracePrefix><verb>-<mode>-<nodes>.trace.
+	tracePrefix string
+	// gcHeapFloor is the in-process service's heap floor (heapfloor);
+	// gcHeapFloorSet: given on the command line, so passed to -service too.
+	gcHeapFloor    int64
+	gcHeapFloorSet bool
 	// service is the opa-scheduler-extender binary to measure as its own
 	// process (empty: the engine and server in this process).
 	service string
@@ -94,9 +102,12 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
+	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
 	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server in this process that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"; not with -service)")
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
+	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: GOGC alone); with -service, passed to the service when given")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
+	fs.Visit(func(fl *flag.Flag) { f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor" })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -155,7 +166,7 @@ func parseFlags() (*flags, error) {
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
 		return nil, errors.New("no scenario: -nodes and -full-nodes are both empty")
 	}
-	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "") {
+	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
 		return nil, errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
 	}
 	return f, nil
@@ -229,6 +240,7 @@ func run() error {
 	rep.Load = env.load
 	logf("loaded %d templates, %d constraints, %d nodes in %.1fs; RSS %.1f MiB",
 		env.load.Templates, env.load.Constraints, env.load.Nodes, env.load.Seconds, env.load.Memory.RSSMiB)
+	defer heapfloor.Start(f.gcHeapFloor).Stop() // as the service runs
 	base, stop, err := perf.Serve(ctx, env.engine)
 	if err != nil {
 		return err
@@ -308,7 +320,11 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 	if err := perf.WritePolicyDir(dir, ps, f.nodeSize, n); err != nil {
 		return fmt.Errorf("write policy folder: %w", err)
 	}
-	svc, err := perf.StartService(f.service, dir)
+	var extra []string
+	if f.gcHeapFloorSet {
+		extra = append(extra, "--gc-heap-floor-bytes="+strconv.FormatInt(f.gcHeapFloor, 10))
+	}
+	svc, err := perf.StartService(f.service, dir, extra...)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	FullNodes   []int   `json:"fullNodes"`
 	PeerNodes   []int   `json:"peerNodes,omitempty"`
 	PeerPods    int     `json:"peerPods,omitempty"`
+	// GCHeapFloor is the service's heap floor in bytes (-1: the
+	// -service binary's own default).
+	GCHeapFloor int64 `json:"gcHeapFloor"`
 }
 
 func (f *flags) config() Config {
@@ -70,6 +73,10 @@ func (f *flags) config() Config {
 		NodeSize: string(f.nodeSize), OneOffShare: f.oneOffShare, Seed: f.seed, Nodes: f.nodes, FullNodes: f.fullNodes}
 	if f.peer {
 		c.PeerNodes, c.PeerPods = f.peerNodes, f.peerPods
+	}
+	c.GCHeapFloor = f.gcHeapFloor
+	if f.service != "" && !f.gcHeapFloorSet {
+		c.GCHeapFloor = -1
 	}
 	return c
 }
@@ -258,9 +265,13 @@ func printMarkdown(w io.Writer, r *Report) {
 	if r.Load.Service != "" {
 		fmt.Fprintf(w, "Service: %s, run as its own process on a policy folder written for it (-service).\n\n", r.Load.Service)
 	}
-	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods.\n\n",
+	floor := "the binary's default"
+	if r.Config.GCHeapFloor >= 0 {
+		floor = fmt.Sprintf("%d MiB", r.Config.GCHeapFloor>>20)
+	}
+	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
-		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare)
+		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor)
 	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {

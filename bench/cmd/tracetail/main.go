@@ -1,0 +1,341 @@
+// Command tracetail reads a runtime trace of the service (loadgen -trace,
+// or the service's /debug/pprof/trace) and says what the slowest calls
+// were made of. The server marks each extender call as a trace region
+// named for its verb; for every such region tracetail adds up, on the
+// goroutine that served it, the time it ran, waited for a processor
+// (runnable), was blocked, assisted the collector and swept, and how much
+// of the call overlapped the collector's mark phase. It prints these
+// means for all calls, for the calls at or above the 99th percentile, and
+// for those between the 45th and 55th, so that the tail can be read
+// against the median:
+//
+//	loadgen -trace /tmp/t- ... && tracetail /tmp/t-filter-names-500.trace
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/exp/trace"
+)
+
+// call is one region: its length and what its goroutine did during it.
+type call struct {
+	verb       string
+	start, end trace.Time
+	running    time.Duration
+	runnable   time.Duration
+	blocked    time.Duration // waiting or in a syscall
+	assist     time.Duration // GC mark assist
+	sweep      time.Duration // GC incremental sweep on the call's goroutine
+	markLap    time.Duration // overlap with a GC mark phase
+	stw        time.Duration // overlap with a stop-the-world pause
+	// othersRan: while the call's goroutine was runnable, how long each
+	// goroutine that held a processor ran, by its root function.
+	othersRan map[string]time.Duration
+}
+
+func (c *call) dur() time.Duration { return time.Duration(c.end - c.start) }
+
+// gState is a goroutine's state since a time, and its open call.
+type gState struct {
+	state trace.GoState
+	since trace.Time
+	open  *call
+	// assistSince, sweepSince: the open assist or sweep range, 0 if none.
+	assistSince, sweepSince trace.Time
+	// root is the goroutine's root function, from the first stack of it
+	// the trace holds ("?" until then).
+	root string
+}
+
+type interval struct{ from, to trace.Time }
+
+func main() {
+	verb := flag.String("verb", "", "only regions of this verb (default: every region)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tracetail [-verb filter] file.trace")
+		os.Exit(2)
+	}
+	calls, err := read(flag.Arg(0), *verb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tracetail:", err)
+		os.Exit(1)
+	}
+	report(os.Stdout, calls)
+}
+
+// read walks the trace once, keeping each goroutine's state, and closes a
+// call at its region's end. Mark phases and pauses are global; their
+// overlap with calls is computed after the walk.
+func read(path, verb string) ([]*call, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := trace.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	gs := map[trace.GoID]*gState{}
+	g := func(id trace.GoID) *gState {
+		s := gs[id]
+		if s == nil {
+			s = &gState{state: trace.GoUndetermined, root: "?"}
+			gs[id] = s
+		}
+		return s
+	}
+	var calls []*call
+	var marks, stws []interval
+	var markSince, stwSince trace.Time
+	running := map[trace.GoID]*gState{}
+	var lastRunChange trace.Time
+	// addOthersRan gives each call whose goroutine is runnable the time
+	// since the last change of who runs, for each goroutine running.
+	addOthersRan := func(now trace.Time) {
+		d := time.Duration(now - lastRunChange)
+		lastRunChange = now
+		if d <= 0 || len(running) == 0 {
+			return
+		}
+		for _, s := range gs {
+			if s.open == nil || s.state != trace.GoRunnable {
+				continue
+			}
+			if s.open.othersRan == nil {
+				s.open.othersRan = map[string]time.Duration{}
+			}
+			for _, o := range running {
+				s.open.othersRan[o.root] += d
+			}
+		}
+	}
+	for {
+		ev, err := r.ReadEvent()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		now := ev.Time()
+		switch ev.Kind() {
+		case trace.EventStateTransition:
+			st := ev.StateTransition()
+			if st.Resource.Kind != trace.ResourceGoroutine {
+				continue
+			}
+			id := st.Resource.Goroutine()
+			_, to := st.Goroutine()
+			addOthersRan(now)
+			s := g(id)
+			if s.root == "?" {
+				s.root = rootOf(st.Stack)
+			}
+			s.account(now)
+			s.state = to
+			if to == trace.GoRunning {
+				running[id] = s
+			} else {
+				delete(running, id)
+			}
+		case trace.EventRegionBegin:
+			rg := ev.Region()
+			if verb != "" && rg.Type != verb || !isVerb(rg.Type) {
+				continue
+			}
+			s := g(ev.Goroutine())
+			s.account(now)
+			s.open = &call{verb: rg.Type, start: now}
+		case trace.EventRegionEnd:
+			s := g(ev.Goroutine())
+			if s.open == nil || s.open.verb != ev.Region().Type {
+				continue
+			}
+			s.account(now)
+			s.open.end = now
+			calls = append(calls, s.open)
+			s.open = nil
+		case trace.EventRangeBegin, trace.EventRangeEnd:
+			rg := ev.Range()
+			begin := ev.Kind() == trace.EventRangeBegin
+			switch {
+			case rg.Name == "GC concurrent mark phase":
+				if begin {
+					markSince = now
+				} else if markSince != 0 {
+					marks = append(marks, interval{markSince, now})
+					markSince = 0
+				}
+			case strings.HasPrefix(rg.Name, "stop-the-world"):
+				if begin {
+					stwSince = now
+				} else if stwSince != 0 {
+					stws = append(stws, interval{stwSince, now})
+					stwSince = 0
+				}
+			case rg.Name == "GC mark assist":
+				s := g(rg.Scope.Goroutine())
+				if begin {
+					s.assistSince = now
+				} else if s.assistSince != 0 {
+					if s.open != nil {
+						s.open.assist += time.Duration(now - max(s.assistSince, s.open.start))
+					}
+					s.assistSince = 0
+				}
+			case rg.Name == "GC incremental sweep":
+				s := g(ev.Goroutine())
+				if begin {
+					s.sweepSince = now
+				} else if s.sweepSince != 0 {
+					if s.open != nil {
+						s.open.sweep += time.Duration(now - max(s.sweepSince, s.open.start))
+					}
+					s.sweepSince = 0
+				}
+			}
+		}
+	}
+	for _, c := range calls {
+		c.markLap = overlap(c, marks)
+		c.stw = overlap(c, stws)
+	}
+	return calls, nil
+}
+
+// rootOf is the outermost function of stack, "?" for an empty one.
+func rootOf(stack trace.Stack) string {
+	root := "?"
+	for f := range stack.Frames() {
+		root = f.Func
+	}
+	return root
+}
+
+func isVerb(s string) bool {
+	switch s {
+	case "filter", "prioritize", "preempt", "bind":
+		return true
+	}
+	return false
+}
+
+// account adds the time since the last transition to the open call's
+// share of the goroutine's state.
+func (s *gState) account(now trace.Time) {
+	if s.open != nil {
+		d := time.Duration(now - max(s.since, s.open.start))
+		switch s.state {
+		case trace.GoRunning:
+			s.open.running += d
+		case trace.GoRunnable:
+			s.open.runnable += d
+		case trace.GoWaiting, trace.GoSyscall:
+			s.open.blocked += d
+		}
+	}
+	s.since = now
+}
+
+func overlap(c *call, ivs []interval) time.Duration {
+	var d time.Duration
+	for _, iv := range ivs {
+		from, to := max(iv.from, c.start), min(iv.to, c.end)
+		if to > from {
+			d += time.Duration(to - from)
+		}
+	}
+	return d
+}
+
+// report prints the means of three groups of calls, slowest first.
+func report(w io.Writer, calls []*call) {
+	if len(calls) == 0 {
+		fmt.Fprintln(w, "no extender calls in the trace (is it the service's, with regions?)")
+		return
+	}
+	slices.SortFunc(calls, func(a, b *call) int { return int(a.dur() - b.dur()) })
+	n := len(calls)
+	p99 := calls[min(n-1, n*99/100)].dur()
+	fmt.Fprintf(w, "%d calls; p50 %.3f ms, p99 %.3f ms, max %.3f ms\n\n", n, ms(calls[n/2].dur()), ms(p99), ms(calls[n-1].dur()))
+	fmt.Fprintln(w, "| calls | n | mean ms | running | runnable | blocked | assist | sweep | overlapping a mark phase (share of calls) | mark overlap | stop-the-world |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	groups := []struct {
+		name string
+		cs   []*call
+	}{
+		{"all", calls},
+		{"p45 to p55", calls[n*45/100 : max(n*55/100, n*45/100+1)]},
+		{"p99 and above", calls[min(n-1, n*99/100):]},
+	}
+	for _, gr := range groups {
+		row(w, gr.name, gr.cs)
+	}
+	fmt.Fprintln(w, "\nWhile the call waited for a processor, mean ms per call that each goroutine (by root function) held one:")
+	for _, gr := range groups {
+		fmt.Fprintf(w, "- %s: %s\n", gr.name, othersRan(gr.cs))
+	}
+}
+
+// othersRan is the mean time per call each root function ran while the
+// calls waited, the largest first.
+func othersRan(cs []*call) string {
+	sum := map[string]time.Duration{}
+	for _, c := range cs {
+		for k, d := range c.othersRan {
+			sum[k] += d
+		}
+	}
+	keys := make([]string, 0, len(sum))
+	for k := range sum {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(sum[b] - sum[a]) })
+	var parts []string
+	for i, k := range keys {
+		if i == 6 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.3f", k, ms(sum[k]/time.Duration(len(cs)))))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func row(w io.Writer, name string, cs []*call) {
+	var sum call
+	var total time.Duration
+	marked := 0
+	for _, c := range cs {
+		total += c.dur()
+		sum.running += c.running
+		sum.runnable += c.runnable
+		sum.blocked += c.blocked
+		sum.assist += c.assist
+		sum.sweep += c.sweep
+		sum.markLap += c.markLap
+		sum.stw += c.stw
+		if c.markLap > 0 {
+			marked++
+		}
+	}
+	k := time.Duration(len(cs))
+	fmt.Fprintf(w, "| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.3f | %.3f |\n", name, len(cs),
+		ms(total/k), ms(sum.running/k), ms(sum.runnable/k), ms(sum.blocked/k), ms(sum.assist/k), ms(sum.sweep/k),
+		100*float64(marked)/float64(len(cs)), ms(sum.markLap/k), ms(sum.stw/k))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
