@@ -170,6 +170,8 @@ type boundConstraint struct {
 	// paths, so that a request looks each path up once for all the
 	// constraints that read it (request.keyCache).
 	keyPathIDs []int
+	// keyPlans read keyInputPaths (lookup.go), parsed once.
+	keyPlans []*inputPlan
 	// keyHelpers are, by key path, the helpers of the paths that end in
 	// one (nil for the others; helper.go). Such paths are looked up per
 	// constraint (their keyPathIDs are -1): their answers are its own.
@@ -177,6 +179,9 @@ type boundConstraint struct {
 	// podMsgs and nodeMsgs are the printed paths of the pod's review and
 	// of the node; nameMsg the candidate's name when it is printed.
 	podMsgs, nodeMsgs []msgSlot
+	// podViewSig names the pod view podMsgs make (request.podView):
+	// constraints that print the same pod paths share one per request.
+	podViewSig string
 	nameMsg           *msgSlot
 }
 
@@ -208,6 +213,7 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 			id = e.keyPaths.id(analysis.PathString(p))
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
+		bc.keyPlans = append(bc.keyPlans, compileInput(p))
 		bc.keyPathIDs = append(bc.keyPathIDs, id)
 		bc.keyHelpers = append(bc.keyHelpers, h)
 	}
@@ -217,9 +223,11 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 		if m.Root == analysis.Node {
 			bc.nodeMsgs = append(bc.nodeMsgs, slot)
 		} else {
+			slot.plan = compileInput(m.Path)
 			bc.podMsgs = append(bc.podMsgs, slot)
 		}
 	}
+	bc.podViewSig = podViewSig(bc.podMsgs)
 	if bc.analysis.NodeNameMessage {
 		idx, text := e.ph.of(analysis.Input, analysis.NodeNamePath)
 		bc.nameMsg = &msgSlot{path: analysis.NodeNamePath, quote: bc.analysis.NodeNameQuote, index: idx, text: text}

@@ -713,12 +713,12 @@ func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *a
 func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) []*ast.Term {
 	b := r.buffers()
 	terms := b.key[:0]
-	for k, path := range bc.keyInputPaths {
+	for k, plan := range bc.keyPlans {
 		if h := bc.keyHelpers[k]; h != nil {
-			terms = append(terms, r.helperKey(h, review, path))
+			terms = append(terms, r.helperKey(h, review))
 			continue
 		}
-		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, path))
+		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, plan))
 	}
 	terms = append(terms, pod.key...)
 	if bc.analysis.InventoryOther {
@@ -731,9 +731,9 @@ func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) 
 // keyValue is the value at path in review: looked up once per request in
 // the pod's own review (the constraints of a library read the same paths,
 // containers[_].image in a dozen of them), every time in a node's.
-func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term {
+func (r *request) keyValue(id int, review *ast.Term, plan *inputPlan) *ast.Term {
 	if review != r.podReview {
-		return lookupInput(review, path)
+		return plan.lookupThen(review, nil)
 	}
 	b := r.buffers()
 	if id < len(b.keyCache) {
@@ -745,7 +745,7 @@ func (r *request) keyValue(id int, review *ast.Term, path []*ast.Term) *ast.Term
 		b.keyCache = slices.Grow(b.keyCache, id+1-n)[:id+1]
 		clear(b.keyCache[n:])
 	}
-	t := lookupInput(review, path)
+	t := plan.lookupThen(review, nil)
 	b.keyCache[id] = t
 	return t
 }

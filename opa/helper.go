@@ -49,8 +49,12 @@ type keyHelper struct {
 	// holds from its key cache, which the constraints reading those paths
 	// share (knownAnswers). nil for an argument's path with a condition.
 	rawPaths  [][]*ast.Term
+	rawPlans  []*inputPlan
 	rawIDs    []int
 	eachDepth int
+	// argPlan reads the argument's path (the key path without its
+	// Helper), the helper called on each value it finds.
+	argPlan *inputPlan
 	// argLast: the last raw path is the argument's own, which may be
 	// absent (its path does not end in Each: it is not an element).
 	argLast bool
@@ -93,10 +97,12 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 	}
 	kh := &keyHelper{owner: helperOwner(bc.owner, k), reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
 	arg := path[:len(path)-1]
+	kh.argPlan = compileInput(arg)
 	if _, _, _, conditional := analysis.Condition(arg); !conditional {
 		for _, rel := range h.Reads {
 			raw := append(slices.Clone(arg), rel...)
 			kh.rawPaths = append(kh.rawPaths, raw)
+			kh.rawPlans = append(kh.rawPlans, compileInput(raw))
 			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(raw)))
 		}
 		for _, t := range arg {
@@ -106,6 +112,7 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 		}
 		if kh.argLast = !analysis.IsEach(arg[len(arg)-1]); kh.argLast {
 			kh.rawPaths = append(kh.rawPaths, arg)
+			kh.rawPlans = append(kh.rawPlans, kh.argPlan)
 			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(arg)))
 		}
 	}
@@ -144,19 +151,19 @@ func (ct *compiledTemplate) helperQuery(h analysis.HelperCall, store storage.Sto
 // helperKey is the key value of a path ending in h's Helper in review:
 // the lookup of the path before it, each value found replaced by the
 // helper's answer on it.
-func (r *request) helperKey(h *keyHelper, review *ast.Term, path []*ast.Term) *ast.Term {
+func (r *request) helperKey(h *keyHelper, review *ast.Term) *ast.Term {
 	if h.rawIDs != nil && review == r.podReview {
 		b := r.buffers()
 		raw := b.helperRaw[:0]
 		for i, id := range h.rawIDs {
-			raw = append(raw, r.keyValue(id, review, h.rawPaths[i]))
+			raw = append(raw, r.keyValue(id, review, h.rawPlans[i]))
 		}
 		b.helperRaw = raw
 		if t, ok := r.knownAnswers(h, raw, h.eachDepth); ok {
 			return t
 		}
 	}
-	return lookupInputThen(review, path[:len(path)-1], func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+	return h.argPlan.lookupThen(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
 }
 
 // knownAnswers is helperKey's value made from the values at h's raw

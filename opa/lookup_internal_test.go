@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 )
 
 // TestFindTerm: findTerm finds what ast.Value.Find finds, and nothing
@@ -46,5 +48,70 @@ func TestInternedAnswers(t *testing.T) {
 		if got := internedAnswers(answers); got != nil {
 			t.Errorf("%v: made %v, want none", answers, got)
 		}
+	}
+}
+
+// TestLookupPlans reads a review through each kind of path the analysis
+// makes, with a plan compiled once and read twice (plans keep no state),
+// and with a leaf that marks what it was called on.
+func TestLookupPlans(t *testing.T) {
+	review := ast.MustParseTerm(`{"review": {"object": {"spec": {
+		"containers": [
+			{"name": "a", "image": "x", "ports": [{"hostPort": 80}, {"containerPort": 1}], "securityContext": {"privileged": true}},
+			{"name": "b", "image": "y", "securityContext": {"privileged": false}},
+			{"name": "c"}
+		],
+		"volumes": {"not": "a list"},
+		"labels": {"on": true, "off": false, "s": "v"}
+	}}}}`).Value.(ast.Object).Get(termReview)
+	path := func(elems ...*ast.Term) []*ast.Term { return append([]*ast.Term{termReview, termObject, termSpec}, elems...) }
+	s := ast.StringTerm
+	each, keys, length := analysis.Each, ast.VarTerm("$keys"), ast.VarTerm("$len")
+	privileged := []*ast.Term{s("securityContext"), s("privileged")}
+	mark := func(v ast.Value) *ast.Term { return ast.ArrayTerm(ast.StringTerm("leaf"), ast.NewTerm(v)) }
+	for _, tc := range []struct {
+		name string
+		path []*ast.Term
+		leaf bool
+		want string
+		// wantTerm, when set, is compared instead of want (markers print
+		// as "_").
+		wantTerm *ast.Term
+	}{
+		{"plain value", path(s("containers"), ast.InternedTerm(0), s("name")), false, `"a"`, nil},
+		{"absent", path(s("nodeName")), false, `set()`, nil},
+		{"not below review", []*ast.Term{termParameters, s("x")}, false, `set()`, nil},
+		{"each element's value", path(s("containers"), each, s("image")), false, `["x", "y", set()]`, nil},
+		{"each element whole", path(s("containers"), each, s("name")), false, `["a", "b", "c"]`, nil},
+		{"nested each", path(s("containers"), each, s("ports"), each, s("hostPort")), false, `[[80, set()], set(), set()]`, nil},
+		{"each where the guard holds", path(s("containers"), analysis.EachWhere([][]*ast.Term{privileged}), s("name")), false, `["a"]`, nil},
+		{"each counted", path(s("containers"), each, length), false, `[true, true, true]`, nil},
+		{"each of a value that is not a list", path(s("volumes"), each, s("x")), false, "", wholeValue(ast.MustParseTerm(`{"not": "a list"}`))},
+		{"each of nothing", path(s("initContainers"), each, s("image")), false, `set()`, nil},
+		{"keys that hold", path(s("labels"), keys), false, `["on", "s"]`, nil},
+		{"keys of a value that is not an object", path(s("containers"), ast.InternedTerm(0), s("name"), keys), false, "", wholeValue(s("a"))},
+		{"leaf on each value", path(s("containers"), each, s("image")), true, `[["leaf", "x"], ["leaf", "y"], set()]`, nil},
+		{"leaf on each element", path(s("containers"), each), true, `[["leaf", {"image": "x", "name": "a", "ports": [{"hostPort": 80}, {"containerPort": 1}], "securityContext": {"privileged": true}}], ["leaf", {"image": "y", "name": "b", "securityContext": {"privileged": false}}], ["leaf", {"name": "c"}]]`, nil},
+		{"when that holds", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{privileged})}, path(s("containers"), each, s("image"))...), false, `["x", "y", set()]`, nil},
+		{"when that does not hold", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{{s("missing")}})}, path(s("containers"), each, s("image"))...), false, "", notReadKey},
+		{"when on another root holds", append([]*ast.Term{analysis.When([]*ast.Term{termParameters, s("x")}, nil)}, path(s("labels"), s("s"))...), false, `"v"`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var leaf func(ast.Value) *ast.Term
+			if tc.leaf {
+				leaf = mark
+			}
+			check := func(how string, got *ast.Term) {
+				t.Helper()
+				if tc.wantTerm != nil && !got.Equal(tc.wantTerm) || tc.wantTerm == nil && got.String() != tc.want {
+					t.Errorf("%s %s: %v, want %s%v", how, analysis.PathString(tc.path), got, tc.want, tc.wantTerm)
+				}
+			}
+			plan := compileInput(tc.path)
+			for range 2 {
+				check("plan", plan.lookupThen(review, leaf))
+			}
+			check("lookupInputThen", lookupInputThen(review, tc.path, leaf))
+		})
 	}
 }

@@ -95,6 +95,8 @@ type msgSlot struct {
 	quote bool
 	index int
 	text  string
+	// plan reads path in the pod's review (nil for the node's paths).
+	plan *inputPlan
 }
 
 // substitutable reports whether a real value can stand where the

@@ -97,15 +97,7 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 		}
 		return r.plain
 	}
-	var sig strings.Builder
-	for _, m := range bc.podMsgs {
-		sig.WriteString(strconv.Itoa(m.index))
-		if m.quote {
-			sig.WriteByte('q')
-		}
-		sig.WriteByte(',')
-	}
-	if v, ok := r.pods[sig.String()]; ok {
+	if v, ok := r.pods[bc.podViewSig]; ok {
 		return v
 	}
 	v := &podView{}
@@ -120,7 +112,7 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 			v.bind = append(v.bind, newBinding(m.index, s))
 			continue
 		}
-		v.key = append(v.key, lookupInput(r.podReview, m.path))
+		v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
 	}
 	if len(v.edits) == 0 {
 		v.review = r.podReview
@@ -128,8 +120,21 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	if r.pods == nil {
 		r.pods = map[string]*podView{}
 	}
-	r.pods[sig.String()] = v
+	r.pods[bc.podViewSig] = v
 	return v
+}
+
+// podViewSig is the name of the pod view of the printed paths msgs.
+func podViewSig(msgs []msgSlot) string {
+	var sig strings.Builder
+	for _, m := range msgs {
+		sig.WriteString(strconv.Itoa(m.index))
+		if m.quote {
+			sig.WriteByte('q')
+		}
+		sig.WriteByte(',')
+	}
+	return sig.String()
 }
 
 // reviewOf is v's review, its placeholders put in on first need. Called
@@ -179,7 +184,7 @@ func (r *request) placeEach(v *podView, m msgSlot) {
 	list, rest := m.path[:j], m.path[j+1:]
 	arr, ok := lookupInput(r.podReview, list).Value.(*ast.Array)
 	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(termReview) {
-		v.key = append(v.key, lookupInput(r.podReview, m.path))
+		v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
 		return
 	}
 	entries := make([]*ast.Term, arr.Len())
@@ -342,194 +347,6 @@ func sortResults(out []result) {
 		}
 		return string(out[i].details) < string(out[j].details)
 	})
-}
-
-// lookupInput finds path in the input {review, parameters}: paths other
-// than review.* are constant or absent for a constraint.
-func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
-	return lookupInputThen(review, path, nil)
-}
-
-// lookupInputThen is lookupInput with lookupThen's leaf.
-func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	if list, filter, rest, ok := analysis.Condition(path); ok {
-		if !hasMember(review, list, filter) {
-			return notReadKey
-		}
-		path = rest
-	}
-	if len(path) == 0 || !path[0].Equal(termReview) {
-		return undefinedTerm
-	}
-	return lookupThen(review.Value, path[1:], leaf)
-}
-
-// notReadKey is, in a key, the value of a conditional path
-// (analysis.When) whose condition does not hold: the template cannot read
-// it. No JSON value is a variable, so it equals no value read.
-var notReadKey = ast.VarTerm("$notread")
-
-// hasMember reports whether the list at list (a review path) has an
-// element whose values at every filter path hold, or is not a list
-// (whatever that reads, the condition is taken to hold).
-func hasMember(review *ast.Term, list []*ast.Term, filter [][]*ast.Term) bool {
-	if len(list) == 0 || !list[0].Equal(termReview) {
-		return true
-	}
-	t := lookup(review.Value, list[1:])
-	arr, ok := t.Value.(*ast.Array)
-	if !ok {
-		return t != undefinedTerm
-	}
-	for i := range arr.Len() {
-		if passes(arr.Elem(i).Value, filter) {
-			return true
-		}
-	}
-	return false
-}
-
-func truthy(t *ast.Term) bool {
-	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
-}
-
-func lookup(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
-
-// lookupThen is lookup, with leaf (when not nil) giving the key of each
-// value found at the end of path in place of the value itself: the
-// answer of a helper on it (analysis.Helper, helper.go).
-func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	if v == nil {
-		return undefinedTerm
-	}
-	if len(path) == 0 {
-		if leaf != nil {
-			return leaf(v)
-		}
-		return ast.NewTerm(v)
-	}
-	if j := analysis.EachAt(path); j >= 0 {
-		return lookupEach(v, path[:j], analysis.EachFilter(path[j]), path[j+1:], leaf)
-	}
-	if n := len(path) - 1; analysis.IsKeys(path[n]) {
-		return lookupKeys(lookup(v, path[:n]))
-	}
-	found := findTerm(v, path)
-	if found == nil {
-		return undefinedTerm
-	}
-	if leaf != nil {
-		return leaf(found.Value)
-	}
-	return found
-}
-
-// findTerm is the term at path (not empty) below v (nil if there is none), found as
-// v.Find finds its value (object keys, array indexes, set members), but
-// without making a term for it: keys are looked up for every constraint
-// of every request.
-func findTerm(v ast.Value, path []*ast.Term) *ast.Term {
-	var t *ast.Term
-	for _, k := range path {
-		switch x := v.(type) {
-		case ast.Object:
-			t = x.Get(k)
-		case *ast.Array:
-			num, ok := k.Value.(ast.Number)
-			if !ok {
-				return nil
-			}
-			i, ok := num.Int()
-			if !ok || i < 0 || i >= x.Len() {
-				return nil
-			}
-			t = x.Elem(i)
-		case ast.Set:
-			if !x.Contains(k) {
-				return nil
-			}
-			t = k
-		default:
-			return nil
-		}
-		if t == nil {
-			return nil
-		}
-		v = t.Value
-	}
-	return t
-}
-
-// wholeValue is, in a key, a value found where a path through
-// analysis.Each expected an array, or analysis.Keys an object: it is keyed
-// whole, as the call term $whole(value), which no JSON value, element-wise
-// array or key list can be, so that it never equals what another review
-// reads there.
-func wholeValue(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
-
-var wholeMarker = ast.VarTerm("$whole")
-
-// lookupEach is the value of list/Each/rest: the array of each element's
-// value at rest (undefinedTerm where an element has none; true for
-// analysis.Len), or, when the value at list is not an array, that value
-// whole. With a filter (analysis.EachWhere) only the elements whose
-// values at every filter path hold (defined and not false) are in the
-// array.
-func lookupEach(v ast.Value, list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	t := lookup(v, list)
-	arr, ok := t.Value.(*ast.Array)
-	if !ok {
-		if t == undefinedTerm {
-			return t
-		}
-		return wholeValue(t)
-	}
-	elems := make([]*ast.Term, 0, arr.Len())
-	for i := range arr.Len() {
-		el := arr.Elem(i).Value
-		if !passes(el, filter) {
-			continue
-		}
-		switch {
-		case len(rest) == 1 && analysis.IsLen(rest[0]):
-			elems = append(elems, ast.InternedTerm(true))
-		case len(rest) == 0 && leaf == nil:
-			elems = append(elems, arr.Elem(i)) // the element whole, as it is
-		default:
-			elems = append(elems, lookupThen(el, rest, leaf))
-		}
-	}
-	return ast.ArrayTerm(elems...)
-}
-
-// passes reports whether el's values at every filter path hold.
-func passes(el ast.Value, filter [][]*ast.Term) bool {
-	for _, p := range filter {
-		if !truthy(lookup(el, p)) {
-			return false
-		}
-	}
-	return true
-}
-
-// lookupKeys is the value of path/Keys, t the value at path: the array,
-// in Rego's order, of the keys of an object whose values are defined and
-// not false, or, for any other value, that value whole (wholeValue).
-func lookupKeys(t *ast.Term) *ast.Term {
-	obj, ok := t.Value.(ast.Object)
-	if !ok {
-		if t == undefinedTerm {
-			return t
-		}
-		return wholeValue(t)
-	}
-	keys := make([]*ast.Term, 0, obj.Len())
-	obj.Foreach(func(k, v *ast.Term) { // sorted: one order for equal key sets
-		if truthy(v) {
-			keys = append(keys, k)
-		}
-	})
-	return ast.ArrayTerm(keys...)
 }
 
 // podReview is the Pod CREATE review a template sees: the AdmissionRequest's

@@ -1,0 +1,325 @@
+package opa
+
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+)
+
+// Reading the values at the analysis's paths (analysis.Result): a memo
+// key is the values at a constraint's input paths, and those paths hold
+// markers (analysis.When, Each, EachWhere, Len, Keys) that say how to read
+// what is below them. A path is compiled once into a plan, its markers
+// parsed, and the plan reads any number of values: the engine keeps a
+// plan for each key path of each constraint, so that a request's lookups
+// parse nothing and allocate only the arrays they return. lookupInput and
+// lookup compile on the fly for the paths read once.
+
+// inputPlan reads a path of the input {review, parameters}: paths other
+// than review.* are constant or absent for a constraint.
+type inputPlan struct {
+	// cond: the path began with When; condList (below review) is the
+	// list whose element must pass condFilter, condAny when the list is
+	// not the review's (the condition is then taken to hold).
+	cond       bool
+	condAny    bool
+	condList   *lookupPlan
+	condFilter []*lookupPlan
+	// notReview: the path (after When) is not below review.
+	notReview bool
+	body      *lookupPlan
+}
+
+// compileInput plans path (an input path, possibly beginning with When).
+func compileInput(path []*ast.Term) *inputPlan {
+	p := &inputPlan{}
+	if list, filter, rest, ok := analysis.Condition(path); ok {
+		p.cond = true
+		if len(list) == 0 || !list[0].Equal(termReview) {
+			p.condAny = true
+		} else {
+			p.condList = compilePlan(list[1:])
+			p.condFilter = compileFilter(filter)
+		}
+		path = rest
+	}
+	if len(path) == 0 || !path[0].Equal(termReview) {
+		p.notReview = true
+		return p
+	}
+	p.body = compilePlan(path[1:])
+	return p
+}
+
+// lookupThen is the value at the plan's path in the input whose review is
+// review: notReadKey where its When does not hold, undefinedTerm where
+// nothing is there; leaf as lookupPlan.lookupThen's.
+func (p *inputPlan) lookupThen(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+	if p.cond && !p.condAny && !p.hasMember(review) {
+		return notReadKey
+	}
+	if p.notReview {
+		return undefinedTerm
+	}
+	return p.body.lookupThen(review.Value, leaf)
+}
+
+// hasMember reports whether the When list has an element whose values at
+// every filter path hold, or is not a list (whatever that reads, the
+// condition is taken to hold).
+func (p *inputPlan) hasMember(review *ast.Term) bool {
+	t := p.condList.lookupThen(review.Value, nil)
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		return t != undefinedTerm
+	}
+	for i := range arr.Len() {
+		if passes(arr.Elem(i).Value, p.condFilter) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookupInput finds path in the input {review, parameters}.
+func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
+	return lookupInputThen(review, path, nil)
+}
+
+// lookupInputThen is lookupInput with lookupThen's leaf. A path below
+// review without markers is read without a plan.
+func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+	if len(path) > 0 && path[0].Equal(termReview) && plain(path[1:]) {
+		return valueAt(review.Value, path[1:], leaf)
+	}
+	return compileInput(path).lookupThen(review, leaf)
+}
+
+// notReadKey is, in a key, the value of a conditional path
+// (analysis.When) whose condition does not hold: the template cannot read
+// it. No JSON value is a variable, so it equals no value read.
+var notReadKey = ast.VarTerm("$notread")
+
+type planKind uint8
+
+const (
+	planValue planKind = iota // the value at keys
+	planEach                  // list, then each element
+	planKeys                  // the keys of the object at list
+)
+
+// lookupPlan reads a path below a value (no When).
+type lookupPlan struct {
+	kind planKind
+	// keys are a planValue's steps (object keys, array indexes, set
+	// members).
+	keys []*ast.Term
+	// list is the path before the first Each (planEach) or before Keys
+	// (planKeys).
+	list *lookupPlan
+	// filter are an EachWhere's guards, below the element; rest reads
+	// below each element (nil: the element itself); isLen: the path
+	// ends in Each then Len.
+	filter []*lookupPlan
+	rest   *lookupPlan
+	isLen  bool
+}
+
+// compilePlan plans path.
+func compilePlan(path []*ast.Term) *lookupPlan {
+	if j := analysis.EachAt(path); j >= 0 {
+		p := &lookupPlan{kind: planEach, list: compilePlan(path[:j]), filter: compileFilter(analysis.EachFilter(path[j]))}
+		switch rest := path[j+1:]; {
+		case len(rest) == 1 && analysis.IsLen(rest[0]):
+			p.isLen = true
+		case len(rest) > 0:
+			p.rest = compilePlan(rest)
+		}
+		return p
+	}
+	if n := len(path) - 1; n >= 0 && analysis.IsKeys(path[n]) {
+		return &lookupPlan{kind: planKeys, list: compilePlan(path[:n])}
+	}
+	return &lookupPlan{kind: planValue, keys: path}
+}
+
+func compileFilter(filter [][]*ast.Term) []*lookupPlan {
+	if len(filter) == 0 {
+		return nil
+	}
+	out := make([]*lookupPlan, len(filter))
+	for i, f := range filter {
+		out[i] = compilePlan(f)
+	}
+	return out
+}
+
+// lookupThen is the value at the plan's path below v, undefinedTerm where
+// there is none. A path through Each gives the array of each element's
+// value at the rest (undefinedTerm where an element has none; true for
+// Len; only the elements that pass an EachWhere's guards), or, when the
+// value at the list is not an array, that value whole (wholeValue); a
+// path ending in Keys the array, in Rego's order, of the keys of an
+// object whose values are defined and not false (any other value whole).
+// leaf, when not nil, gives the key of each value found at the end of the
+// path in place of the value itself: the answer of a helper on it
+// (analysis.Helper, helper.go).
+func (p *lookupPlan) lookupThen(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term {
+	if v == nil {
+		return undefinedTerm
+	}
+	switch p.kind {
+	case planEach:
+		return p.each(v, leaf)
+	case planKeys:
+		return lookupKeys(p.list.lookupThen(v, nil))
+	}
+	return valueAt(v, p.keys, leaf)
+}
+
+// valueAt is the value at keys (a path without markers) below v, or
+// leaf's key of it.
+func valueAt(v ast.Value, keys []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+	if v == nil {
+		return undefinedTerm
+	}
+	if len(keys) == 0 {
+		if leaf != nil {
+			return leaf(v)
+		}
+		return ast.NewTerm(v)
+	}
+	found := findTerm(v, keys)
+	if found == nil {
+		return undefinedTerm
+	}
+	if leaf != nil {
+		return leaf(found.Value)
+	}
+	return found
+}
+
+func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term {
+	t := p.list.lookupThen(v, nil)
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		if t == undefinedTerm {
+			return t
+		}
+		return wholeValue(t)
+	}
+	elems := make([]*ast.Term, 0, arr.Len())
+	for i := range arr.Len() {
+		el := arr.Elem(i).Value
+		if !passes(el, p.filter) {
+			continue
+		}
+		switch {
+		case p.isLen:
+			elems = append(elems, ast.InternedTerm(true))
+		case p.rest == nil && leaf == nil:
+			elems = append(elems, arr.Elem(i)) // the element whole, as it is
+		case p.rest == nil:
+			elems = append(elems, leaf(el))
+		default:
+			elems = append(elems, p.rest.lookupThen(el, leaf))
+		}
+	}
+	return ast.ArrayTerm(elems...)
+}
+
+// passes reports whether el's values at every filter path hold.
+func passes(el ast.Value, filter []*lookupPlan) bool {
+	for _, f := range filter {
+		if !truthy(f.lookupThen(el, nil)) {
+			return false
+		}
+	}
+	return true
+}
+
+func truthy(t *ast.Term) bool {
+	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
+}
+
+// lookup is the value at path below v (lookupPlan.lookupThen's), without
+// a leaf. A path without markers is read without a plan.
+func lookup(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
+
+// lookupThen is lookup with lookupPlan.lookupThen's leaf.
+func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+	if plain(path) {
+		return valueAt(v, path, leaf)
+	}
+	return compilePlan(path).lookupThen(v, leaf)
+}
+
+// plain reports whether path holds no Each and does not end in Keys.
+func plain(path []*ast.Term) bool {
+	return analysis.EachAt(path) < 0 && (len(path) == 0 || !analysis.IsKeys(path[len(path)-1]))
+}
+
+// findTerm is the term at path (not empty) below v (nil if there is none), found as
+// v.Find finds its value (object keys, array indexes, set members), but
+// without making a term for it: keys are looked up for every constraint
+// of every request.
+func findTerm(v ast.Value, path []*ast.Term) *ast.Term {
+	var t *ast.Term
+	for _, k := range path {
+		switch x := v.(type) {
+		case ast.Object:
+			t = x.Get(k)
+		case *ast.Array:
+			num, ok := k.Value.(ast.Number)
+			if !ok {
+				return nil
+			}
+			i, ok := num.Int()
+			if !ok || i < 0 || i >= x.Len() {
+				return nil
+			}
+			t = x.Elem(i)
+		case ast.Set:
+			if !x.Contains(k) {
+				return nil
+			}
+			t = k
+		default:
+			return nil
+		}
+		if t == nil {
+			return nil
+		}
+		v = t.Value
+	}
+	return t
+}
+
+// wholeValue is, in a key, a value found where a path through
+// analysis.Each expected an array, or analysis.Keys an object: it is keyed
+// whole, as the call term $whole(value), which no JSON value, element-wise
+// array or key list can be, so that it never equals what another review
+// reads there.
+func wholeValue(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
+
+var wholeMarker = ast.VarTerm("$whole")
+
+// lookupKeys is the value of path/Keys, t the value at path: the array,
+// in Rego's order, of the keys of an object whose values are defined and
+// not false, or, for any other value, that value whole (wholeValue).
+func lookupKeys(t *ast.Term) *ast.Term {
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		if t == undefinedTerm {
+			return t
+		}
+		return wholeValue(t)
+	}
+	keys := make([]*ast.Term, 0, obj.Len())
+	obj.Foreach(func(k, v *ast.Term) { // sorted: one order for equal key sets
+		if truthy(v) {
+			keys = append(keys, k)
+		}
+	})
+	return ast.ArrayTerm(keys...)
+}
