@@ -112,6 +112,13 @@ type Engine struct {
 		compileErrors, constraintErrors               atomic.Uint64
 		lastApply                                     atomic.Int64
 	}
+	// commonHint is the most pod-level violations an answer held (at
+	// most maxCommonHint): an answer's Placement.Common is made that large
+	// at once instead of grown by appending, a dozen warnings per pod with
+	// the whole library.
+	commonHint atomic.Int32
+	// columnsHint is the same for Placement.columns.
+	columnsHint atomic.Int32
 }
 
 type templateState struct {
@@ -182,7 +189,7 @@ type boundConstraint struct {
 	// podViewSig names the pod view podMsgs make (request.podView):
 	// constraints that print the same pod paths share one per request.
 	podViewSig string
-	nameMsg           *msgSlot
+	nameMsg    *msgSlot
 }
 
 // maxNodeClasses bounds each constraint's table of node classes.

@@ -497,7 +497,13 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		}
 	}
 	if violated {
+		if p.columns == nil {
+			p.columns = make([]column, 0, max(1, int(r.e.columnsHint.Load())))
+		}
 		p.columns = append(p.columns, col)
+		if n := int32(min(len(p.columns), maxCommonHint)); n > r.e.columnsHint.Load() {
+			r.e.columnsHint.Store(n)
+		}
 	}
 	return nil
 }
@@ -671,11 +677,20 @@ func distinct(keys []*ast.Term) bool {
 	return true
 }
 
+// maxCommonHint bounds Engine.commonHint and columnsHint.
+const maxCommonHint = 256
+
 // recordCommon records the verdict of a constraint that cannot see the
 // node once, for every known node.
 func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []result, hit bool, d ...time.Duration) {
+	if p.Common == nil && len(res) > 0 {
+		p.Common = make([]Violation, 0, max(len(res), int(r.e.commonHint.Load())))
+	}
 	for _, x := range res {
 		p.Common = append(p.Common, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
+	}
+	if n := int32(min(len(p.Common), maxCommonHint)); n > r.e.commonHint.Load() {
+		r.e.commonHint.Store(n)
 	}
 	if r.explain {
 		var dur time.Duration

@@ -64,7 +64,9 @@ func TestLookupPlans(t *testing.T) {
 		"volumes": {"not": "a list"},
 		"labels": {"on": true, "off": false, "s": "v"}
 	}}}}`).Value.(ast.Object).Get(termReview)
-	path := func(elems ...*ast.Term) []*ast.Term { return append([]*ast.Term{termReview, termObject, termSpec}, elems...) }
+	path := func(elems ...*ast.Term) []*ast.Term {
+		return append([]*ast.Term{termReview, termObject, termSpec}, elems...)
+	}
 	s := ast.StringTerm
 	each, keys, length := analysis.Each, ast.VarTerm("$keys"), ast.VarTerm("$len")
 	privileged := []*ast.Term{s("securityContext"), s("privileged")}

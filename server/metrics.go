@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"time"
 
@@ -200,17 +201,20 @@ type decisionKey struct {
 	a opa.Action
 }
 
+// decisionCounts reuses the counts' maps: one per call made a map every
+// filter and prioritize call.
+var decisionCounts = sync.Pool{New: func() any { return &decisionCount{counts: map[decisionKey]int{}} }}
+
 func (m *metrics) newDecisionCount(verb string) *decisionCount {
-	return &decisionCount{m: m, verb: verb}
+	d := decisionCounts.Get().(*decisionCount)
+	d.m, d.verb = m, verb
+	return d
 }
 
 // add counts an answer's (constraint, action) pairs, once per known node
 // they are violated on.
 func (d *decisionCount) add(p *opa.Placement) {
 	p.Decisions(func(c opa.ConstraintKey, a opa.Action, nodes int) {
-		if d.counts == nil {
-			d.counts = map[decisionKey]int{}
-		}
 		d.counts[decisionKey{c, a}] += nodes
 	})
 }
@@ -219,7 +223,9 @@ func (d *decisionCount) flush() {
 	for k, n := range d.counts {
 		d.m.decisions.WithLabelValues(d.verb, k.c.Kind, k.c.Name, string(k.a)).Add(float64(n))
 	}
-	d.counts = nil
+	clear(d.counts)
+	d.m = nil
+	decisionCounts.Put(d) // d is not used after flush
 }
 
 // constantGauge is a gauge set to 1 whose labels carry the information.
