@@ -1,6 +1,9 @@
 package opa
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
@@ -208,7 +211,8 @@ func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term
 		}
 		return wholeValue(t)
 	}
-	elems := make([]*ast.Term, 0, arr.Len())
+	var small [16]*ast.Term
+	elems := small[:0]
 	for i := range arr.Len() {
 		el := arr.Elem(i).Value
 		if !passes(el, p.filter) {
@@ -225,7 +229,74 @@ func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term
 			elems = append(elems, p.rest.lookupThen(el, leaf))
 		}
 	}
-	return ast.ArrayTerm(elems...)
+	return keyArrays.array(elems)
+}
+
+// keyArrays holds the arrays that reads through Each made: the replicas
+// of a ReplicaSet read the same images, names and flags request after
+// request, and each array made anew was a third of what a replica's
+// memo keys allocated.
+var keyArrays = newArrayInterner(8192)
+
+// arrayInterner gives one term for arrays whose elements compare equal as
+// Rego compares values (ast.Compare), which is how the memo compares
+// keys: a key holding the interned array finds the entry the array made
+// anew would find. Terms are immutable, so one serves every reader. It
+// holds at most max arrays and starts over past that.
+type arrayInterner struct {
+	mu     sync.RWMutex
+	byHash map[int][]*ast.Term
+	n, max int
+}
+
+func newArrayInterner(max int) *arrayInterner {
+	return &arrayInterner{byHash: map[int][]*ast.Term{}, max: max}
+}
+
+// array is the term of the array of elems (elems may be the caller's
+// buffer: a new array copies it).
+func (in *arrayInterner) array(elems []*ast.Term) *ast.Term {
+	h := 0
+	for _, e := range elems {
+		h += e.Value.Hash() // an ast.Array's hash: equal arrays hash alike
+	}
+	in.mu.RLock()
+	t := in.find(h, elems)
+	in.mu.RUnlock()
+	if t != nil {
+		return t
+	}
+	t = ast.ArrayTerm(slices.Clone(elems)...)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if found := in.find(h, elems); found != nil {
+		return found
+	}
+	if in.n >= in.max {
+		clear(in.byHash)
+		in.n = 0
+	}
+	in.byHash[h] = append(in.byHash[h], t)
+	in.n++
+	return t
+}
+
+func (in *arrayInterner) find(h int, elems []*ast.Term) *ast.Term {
+	for _, t := range in.byHash[h] {
+		if arr := t.Value.(*ast.Array); arr.Len() == len(elems) && sameElems(arr, elems) {
+			return t
+		}
+	}
+	return nil
+}
+
+func sameElems(arr *ast.Array, elems []*ast.Term) bool {
+	for i, e := range elems {
+		if x := arr.Elem(i); x != e && ast.Compare(x.Value, e.Value) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // passes reports whether el's values at every filter path hold.

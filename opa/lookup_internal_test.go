@@ -117,3 +117,27 @@ func TestLookupPlans(t *testing.T) {
 		})
 	}
 }
+
+// TestArrayInterner: arrays whose elements compare equal are one term,
+// others are not, the caller's buffer is copied, and the bound holds.
+func TestArrayInterner(t *testing.T) {
+	in := newArrayInterner(3)
+	s := ast.StringTerm
+	buf := []*ast.Term{s("a"), s("b")}
+	first := in.array(buf)
+	buf[0] = s("z") // the caller reuses its buffer
+	if got := first.String(); got != `["a", "b"]` {
+		t.Fatalf("interned %s, want the elements as they were", got)
+	}
+	if again := in.array([]*ast.Term{s("a"), s("b")}); again != first {
+		t.Error("equal elements made a second term")
+	}
+	for _, other := range [][]*ast.Term{{s("b"), s("a")}, {s("a")}, {s("a"), s("b"), undefinedTerm}, {}} {
+		if got := in.array(other); got == first || !got.Equal(ast.ArrayTerm(other...)) {
+			t.Errorf("%v: got %v (first: %v)", other, got, got == first)
+		}
+	}
+	if in.n > in.max {
+		t.Errorf("holds %d arrays, bound %d", in.n, in.max)
+	}
+}

@@ -187,7 +187,12 @@ func (r *request) placeEach(v *podView, m msgSlot) {
 		v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
 		return
 	}
-	entries := make([]*ast.Term, arr.Len())
+	var small [16]*ast.Term
+	entries := small[:0]
+	if arr.Len() > len(small) {
+		entries = make([]*ast.Term, 0, arr.Len())
+	}
+	entries = entries[:arr.Len()]
 	texts := make([]string, arr.Len())
 	placed := false
 	for i := range entries {
@@ -208,7 +213,7 @@ func (r *request) placeEach(v *podView, m msgSlot) {
 	if placed {
 		v.edits = append(v.edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
 	}
-	v.key = append(v.key, ast.ArrayTerm(entries...))
+	v.key = append(v.key, keyArrays.array(entries))
 }
 
 // nodeReview is review with object.spec.nodeName set to node. The pod's
