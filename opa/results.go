@@ -370,23 +370,36 @@ var (
 		ast.Item(ast.StringTerm("resource"), ast.StringTerm("pods")))
 )
 
+// reviewKeys are the review's keys and constant values, made once: every
+// request builds a review.
+var reviewKeys = struct {
+	uid, kind, resource, operation, userInfo, oldObject, options, namespaceObject, name, namespace *ast.Term
+	empty, create                                                                                 *ast.Term
+}{
+	ast.StringTerm("uid"), ast.StringTerm("kind"), ast.StringTerm("resource"), ast.StringTerm("operation"),
+	ast.StringTerm("userInfo"), ast.StringTerm("oldObject"), ast.StringTerm("options"), ast.StringTerm("namespaceObject"),
+	ast.StringTerm("name"), ast.StringTerm("namespace"), ast.StringTerm(""), ast.StringTerm("CREATE"),
+}
+
 func podReview(pod ast.Object, name, namespace string, userInfo, namespaceObject *ast.Term) ast.Object {
-	items := [][2]*ast.Term{
-		ast.Item(ast.StringTerm("uid"), ast.StringTerm("")),
-		ast.Item(ast.StringTerm("kind"), podKindTerm),
-		ast.Item(ast.StringTerm("resource"), podResourceTerm),
-		ast.Item(ast.StringTerm("operation"), ast.StringTerm("CREATE")),
-		ast.Item(ast.StringTerm("userInfo"), userInfo),
+	k := &reviewKeys
+	items := make([][2]*ast.Term, 0, 11)
+	items = append(items,
+		ast.Item(k.uid, k.empty),
+		ast.Item(k.kind, podKindTerm),
+		ast.Item(k.resource, podResourceTerm),
+		ast.Item(k.operation, k.create),
+		ast.Item(k.userInfo, userInfo),
 		ast.Item(termObject, ast.NewTerm(pod)),
-		ast.Item(ast.StringTerm("oldObject"), ast.NullTerm()),
-		ast.Item(ast.StringTerm("options"), ast.NullTerm()),
-		ast.Item(ast.StringTerm("namespaceObject"), namespaceObject),
-	}
+		ast.Item(k.oldObject, ast.InternedNullTerm),
+		ast.Item(k.options, ast.InternedNullTerm),
+		ast.Item(k.namespaceObject, namespaceObject),
+	)
 	if name != "" {
-		items = append(items, ast.Item(ast.StringTerm("name"), ast.StringTerm(name)))
+		items = append(items, ast.Item(k.name, ast.StringTerm(name)))
 	}
 	if namespace != "" {
-		items = append(items, ast.Item(ast.StringTerm("namespace"), ast.StringTerm(namespace)))
+		items = append(items, ast.Item(k.namespace, ast.StringTerm(namespace)))
 	}
 	return ast.NewObject(items...)
 }
