@@ -874,7 +874,7 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 // memo keeps the placeholders' error, so that the pods of the class go
 // straight to their own evaluation).
 func (r *request) checkPlaceholders(bc *boundConstraint, res []result, pod *podView, hit bool) ([]result, bool, error) {
-	if !bc.analysis.PrintedThroughSeveral || len(pod.edits) == 0 || !hasError(res) || !memorable(res) {
+	if !bc.analysis.PrintedThroughSeveral || !pod.placed || !hasError(res) || !memorable(res) {
 		return res, hit, nil
 	}
 	res, err := r.eval(bc, r.podReview, false)

@@ -66,15 +66,16 @@ func anyHoles(res []result) bool {
 // podView is the pod as one constraint is evaluated on it: its review
 // with placeholders where printed values could stand, their part of the
 // memo key, and the real values to put back. The review is rebuilt with
-// the placeholders only when Rego runs (reviewOf): a memo hit needs the
-// key and the values alone.
+// the placeholders only when Rego runs (reviewOf): a memo hit, a
+// replica's every constraint, needs the key and the values alone.
 type podView struct {
 	review *ast.Term
 	key    []*ast.Term
 	bind   bindings
-	// edits are the placeholders to put into the pod's review, in order;
-	// none: review is the pod's own.
-	edits []reviewEdit
+	// msgs are the printed paths the view was made for; placed: some
+	// value has a placeholder, so review is not the pod's own.
+	msgs   []msgSlot
+	placed bool
 }
 
 // reviewEdit puts placeholders into the review: text at path, or, for a
@@ -100,21 +101,9 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	if v, ok := r.pods[bc.podViewSig]; ok {
 		return v
 	}
-	v := &podView{}
-	for _, m := range bc.podMsgs {
-		if analysis.EachAt(m.path) >= 0 {
-			r.placeEach(v, m)
-			continue
-		}
-		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
-			v.edits = append(v.edits, reviewEdit{path: m.path[1:], text: m.text})
-			v.key = append(v.key, placeholderKey)
-			v.bind = append(v.bind, newBinding(m.index, s))
-			continue
-		}
-		v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
-	}
-	if len(v.edits) == 0 {
+	v := &podView{msgs: bc.podMsgs}
+	r.walkMsgs(v, nil)
+	if !v.placed {
 		v.review = r.podReview
 	}
 	if r.pods == nil {
@@ -122,6 +111,35 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	}
 	r.pods[bc.podViewSig] = v
 	return v
+}
+
+// walkMsgs decides, for each of v's printed paths, whether a placeholder
+// stands where the value is printed. Without edits it makes v's key (the
+// placeholder marker where one stands, the value where none can) and
+// bindings (the real values to put back); with edits it appends to
+// *edits the changes that put the placeholders into the review, and
+// nothing else: podView walks once for the key, reviewOf once more when
+// Rego runs, and both walks decide alike.
+func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
+	for _, m := range v.msgs {
+		if analysis.EachAt(m.path) >= 0 {
+			r.walkEach(v, m, edits)
+			continue
+		}
+		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
+			v.placed = true
+			if edits != nil {
+				*edits = append(*edits, reviewEdit{path: m.path[1:], text: m.text})
+			} else {
+				v.key = append(v.key, placeholderKey)
+				v.bind = append(v.bind, newBinding(m.index, s))
+			}
+			continue
+		}
+		if edits == nil {
+			v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
+		}
+	}
 }
 
 // podViewSig is the name of the pod view of the printed paths msgs.
@@ -144,8 +162,10 @@ func (r *request) reviewOf(v *podView) *ast.Term {
 	if v.review != nil {
 		return v.review
 	}
+	var edits []reviewEdit
+	r.walkMsgs(v, &edits)
 	review := r.podReview.Value
-	for _, ed := range v.edits {
+	for _, ed := range edits {
 		if ed.texts == nil {
 			review, _ = setPath(review, ed.path, ast.StringTerm(ed.text))
 			continue
@@ -173,18 +193,20 @@ func (r *request) reviewOf(v *podView) *ast.Term {
 // the engine's registry of placeholders stays small).
 const maxEachPlaceholders = 64
 
-// placeEach places a placeholder for the value printed from each element
-// of a list (m.path holds analysis.Each), one per element, each with its
-// own registered path (containers[0].name, containers[1].name, ...): an
-// edit of v's review, and the list's part of the key: placeholderKey
-// where a placeholder stands, the element's value where it cannot. A list
-// that is not an array, or too long, is keyed as lookup reads it.
-func (r *request) placeEach(v *podView, m msgSlot) {
+// walkEach is walkMsgs for a value printed from each element of a list
+// (m.path holds analysis.Each): a placeholder for each element, with its
+// own registered path (containers[0].name, containers[1].name, ...). The
+// list's part of the key holds placeholderKey where a placeholder stands,
+// the element's value where it cannot; a list that is not an array, or
+// too long, is keyed as lookup reads it.
+func (r *request) walkEach(v *podView, m msgSlot, edits *[]reviewEdit) {
 	j := analysis.EachAt(m.path)
 	list, rest := m.path[:j], m.path[j+1:]
 	arr, ok := lookupInput(r.podReview, list).Value.(*ast.Array)
 	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(termReview) {
-		v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
+		if edits == nil {
+			v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
+		}
 		return
 	}
 	var small [16]*ast.Term
@@ -193,7 +215,10 @@ func (r *request) placeEach(v *podView, m msgSlot) {
 		entries = make([]*ast.Term, 0, arr.Len())
 	}
 	entries = entries[:arr.Len()]
-	texts := make([]string, arr.Len())
+	var texts []string
+	if edits != nil {
+		texts = make([]string, arr.Len())
+	}
 	placed := false
 	for i := range entries {
 		s, ok := substitutableAt(arr.Elem(i).Value, rest, m.quote)
@@ -201,19 +226,24 @@ func (r *request) placeEach(v *podView, m msgSlot) {
 			entries[i] = lookup(arr.Elem(i).Value, rest)
 			continue
 		}
+		placed = true
+		entries[i] = placeholderKey
 		idx, text := r.e.ph.ofElement(m.index, i, func() []*ast.Term {
 			concrete := make([]*ast.Term, 0, len(m.path))
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
-		texts[i] = text
-		entries[i] = placeholderKey
-		v.bind = append(v.bind, newBinding(idx, s))
-		placed = true
+		if edits != nil {
+			texts[i] = text
+		} else {
+			v.bind = append(v.bind, newBinding(idx, s))
+		}
 	}
-	if placed {
-		v.edits = append(v.edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
+	v.placed = v.placed || placed
+	if edits == nil {
+		v.key = append(v.key, keyArrays.array(entries))
+	} else if placed {
+		*edits = append(*edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
 	}
-	v.key = append(v.key, keyArrays.array(entries))
 }
 
 // nodeReview is review with object.spec.nodeName set to node. The pod's
