@@ -197,11 +197,46 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// startHeapFloorWhenReady starts the heap floor (--gc-heap-floor-bytes)
+// once every source has loaded: loading 5000 Nodes makes garbage many
+// times the live heap, and with the floor in place from the start that
+// garbage raised the process's peak RSS by about 40 MiB. It returns the
+// function that stops the floor (or its wait).
+func startHeapFloorWhenReady(ctx context.Context, floor int64, checks []server.ReadinessCheck) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan *heapfloor.Floor, 1)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for !allReady(checks) {
+			select {
+			case <-ctx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+			}
+		}
+		done <- heapfloor.Start(floor)
+	}()
+	return func() {
+		cancel()
+		(<-done).Stop()
+	}
+}
+
+func allReady(checks []server.ReadinessCheck) bool {
+	for _, c := range checks {
+		if ok, _ := c(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if f.gcHeapFloor < 0 {
 		return fmt.Errorf("--gc-heap-floor-bytes %d: want 0 or more", f.gcHeapFloor)
 	}
-	defer heapfloor.Start(f.gcHeapFloor).Stop()
 	cfg, err := clusterConfig(f)
 	if err != nil {
 		return err
@@ -283,6 +318,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		log.Info("syncing from the cluster", "host", cfg.Host)
 	}
 	sopts.DebugSources = debugSources
+	defer startHeapFloorWhenReady(ctx, f.gcHeapFloor, sopts.ReadinessChecks)()
 	srv, err := server.New(sopts)
 	if err != nil {
 		return err
