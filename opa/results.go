@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -279,6 +280,11 @@ func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]resu
 	return r.evalQuery(bc, review, nodes)
 }
 
+// noMetrics spares each evaluation OPA's metrics (three maps and a timer
+// per phase, about a tenth of what a one-off pod's evaluations
+// allocated): nothing reads them.
+var noMetrics = rego.EvalMetrics(metrics.NoOp())
+
 // evalQuery is evalWith without the request's counter: it writes nothing
 // of the request, so that prefetch may run it on several goroutines.
 func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
@@ -292,7 +298,7 @@ func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]res
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, nodes))
 		query = bc.tmpl.overrideQuery
 	}
-	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn))
+	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics)
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
