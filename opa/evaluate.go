@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
@@ -145,6 +148,10 @@ func (r *request) end() {
 // release returns the request's scratch to the pool; the request's node
 // slots are gone with it.
 func (r *request) release() {
+	if r.stopCancel != nil {
+		r.stopCancel()
+		r.stopCancel = nil
+	}
 	if r.scratch != nil {
 		r.scratch.release()
 		r.scratch, r.slots, r.slotValues, r.slotNums, r.classAux = nil, nil, nil, nil, nil
@@ -153,6 +160,21 @@ func (r *request) release() {
 		r.pb.release()
 		r.pb = nil
 	}
+}
+
+// evalCancel is the option that stops the request's evaluations when its
+// context ends: one topdown.Cancel per request, set by context.AfterFunc,
+// which starts no goroutine unless the context ends. Without it OPA
+// starts a goroutine per evaluation to watch the context (a tenth of an
+// evaluation's cost, and a one-off pod runs a dozen). Safe for the
+// prefetch workers to call at once.
+func (r *request) evalCancel() rego.EvalOption {
+	r.cancelOnce.Do(func() {
+		c := topdown.NewCancel()
+		r.stopCancel = context.AfterFunc(r.ctx, c.Cancel)
+		r.cancelOpt = rego.EvalExternalCancel(c)
+	})
+	return r.cancelOpt
 }
 
 func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, explain bool) *request {
@@ -350,6 +372,11 @@ func (r *request) candidates(cands []Candidate) error {
 
 // request is the state of one Evaluate call.
 type request struct {
+	// cancelOnce makes cancelOpt, the evaluations' cancellation
+	// (evalCancel); stopCancel unregisters it.
+	cancelOnce sync.Once
+	cancelOpt  rego.EvalOption
+	stopCancel func() bool
 	// deferHelpers: a helper answer the helper memo lacks is recorded in
 	// deferred instead of evaluated (prefetch runs them in parallel).
 	deferHelpers bool

@@ -297,7 +297,7 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 // several goroutines.
 func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
 	input := ast.NewObject(ast.Item(termParameters, h.parameters), ast.Item(helperArgument, ast.NewTerm(v)))
-	rs, err := h.query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics)
+	rs, err := h.query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics, r.evalCancel())
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
 		return false, false

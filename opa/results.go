@@ -298,7 +298,7 @@ func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]res
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, nodes))
 		query = bc.tmpl.overrideQuery
 	}
-	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics)
+	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics, r.evalCancel())
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
