@@ -410,7 +410,7 @@ var (
 // request builds a review.
 var reviewKeys = struct {
 	uid, kind, resource, operation, userInfo, oldObject, options, namespaceObject, name, namespace *ast.Term
-	empty, create                                                                                 *ast.Term
+	empty, create                                                                                  *ast.Term
 }{
 	ast.StringTerm("uid"), ast.StringTerm("kind"), ast.StringTerm("resource"), ast.StringTerm("operation"),
 	ast.StringTerm("userInfo"), ast.StringTerm("oldObject"), ast.StringTerm("options"), ast.StringTerm("namespaceObject"),
