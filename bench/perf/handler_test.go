@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/server"
 )
 
@@ -21,22 +20,10 @@ import (
 //
 //	cd bench && go test -run '^$' -bench FilterHandler -benchmem ./perf/
 func BenchmarkFilterHandler(b *testing.B) {
-	for _, tc := range []struct {
-		name  string
-		share float64
-	}{{"replica", 0}, {"one-off", 1}} {
+	for _, tc := range streamKinds {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
-			ps, err := LoadRealistic(testDirs(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := NewEngine(ctx, opa.Options{}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { e.Close(ctx) })
-			srv, err := server.New(server.Options{Policy: e, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv, err := server.New(server.Options{Policy: streamEngine(b), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -45,7 +32,6 @@ func BenchmarkFilterHandler(b *testing.B) {
 			s := NewStream(7, 3, tc.share)
 			var body, pod []byte
 			var buf bytes.Buffer
-			body = body[:0]
 			w := &discardWriter{header: http.Header{}}
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/filter", nil)
 			if err != nil {

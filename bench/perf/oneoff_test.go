@@ -131,21 +131,10 @@ func BenchmarkReplicaPod(b *testing.B) {
 //
 //	cd bench && go test -run '^$' -bench PodStream -benchmem ./perf/
 func BenchmarkPodStream(b *testing.B) {
-	for _, tc := range []struct {
-		name  string
-		share float64
-	}{{"replica", 0}, {"one-off", 1}} {
+	for _, tc := range streamKinds {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
-			ps, err := LoadRealistic(testDirs(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := NewEngine(ctx, opa.Options{}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { e.Close(ctx) })
+			e := streamEngine(b)
 			cands := Candidates(500)
 			s := NewStream(7, 3, tc.share)
 			run := func() {
@@ -169,4 +158,27 @@ func BenchmarkPodStream(b *testing.B) {
 			}
 		})
 	}
+}
+
+// streamKinds are the pod streams of the 500-candidate benchmarks:
+// replicas of known ReplicaSets only, and one-off pods only.
+var streamKinds = []struct {
+	name  string
+	share float64
+}{{"replica", 0}, {"one-off", 1}}
+
+// streamEngine is an engine on the realistic mix with 500 kubelet-sized
+// Nodes and the Namespaces, closed when b ends.
+func streamEngine(b *testing.B) *opa.Engine {
+	ctx := context.Background()
+	ps, err := LoadRealistic(testDirs(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := NewEngine(ctx, opa.Options{}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close(ctx) })
+	return e
 }

@@ -186,24 +186,10 @@ func read(path, verb string) ([]*call, error) {
 				}
 			case rg.Name == "GC mark assist":
 				s := g(rg.Scope.Goroutine())
-				if begin {
-					s.assistSince = now
-				} else if s.assistSince != 0 {
-					if s.open != nil {
-						s.open.assist += time.Duration(now - max(s.assistSince, s.open.start))
-					}
-					s.assistSince = 0
-				}
+				s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist })
 			case rg.Name == "GC incremental sweep":
 				s := g(ev.Goroutine())
-				if begin {
-					s.sweepSince = now
-				} else if s.sweepSince != 0 {
-					if s.open != nil {
-						s.open.sweep += time.Duration(now - max(s.sweepSince, s.open.start))
-					}
-					s.sweepSince = 0
-				}
+				s.goRange(&s.sweepSince, begin, now, func(c *call) *time.Duration { return &c.sweep })
 			}
 		}
 	}
@@ -229,6 +215,23 @@ func isVerb(s string) bool {
 		return true
 	}
 	return false
+}
+
+// goRange opens (begin) or closes a range on the goroutine (a mark
+// assist, a sweep) whose start since holds; closing adds its part within
+// the open call to the call's field that field gives.
+func (s *gState) goRange(since *trace.Time, begin bool, now trace.Time, field func(*call) *time.Duration) {
+	if begin {
+		*since = now
+		return
+	}
+	if *since == 0 {
+		return
+	}
+	if s.open != nil {
+		*field(s.open) += time.Duration(now - max(*since, s.open.start))
+	}
+	*since = 0
 }
 
 // account adds the time since the last transition to the open call's
