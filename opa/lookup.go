@@ -7,6 +7,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
 // Reading the values at the analysis's paths (analysis.Result): a memo
@@ -233,25 +234,34 @@ func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term
 }
 
 // keyArrays holds the arrays that reads through Each made: the replicas
-// of a ReplicaSet read the same images, names and flags request after
-// request, and each array made anew was a third of what a replica's
-// memo keys allocated.
-var keyArrays = newArrayInterner(8192)
+// of a ReplicaSet read the same images, names, flags and security
+// contexts call after call, and each array made anew was a quarter of a
+// replica's garbage.
+var keyArrays = newArrayInterner(8192, 4<<20)
 
 // arrayInterner gives one term for arrays whose elements compare equal as
 // Rego compares values (ast.Compare), which is how the memo compares
 // keys: a key holding the interned array finds the entry the array made
 // anew would find. Terms are immutable, so one serves every reader. It
-// holds at most max arrays and starts over past that.
+// holds at most maxArrays arrays and about maxBytes of their values
+// (memo.Size; values shared with the pods' decoding table, as a
+// ReplicaSet's containers' are, count as if they were not), and starts
+// over past either bound, so that it never keeps a one-off pod's values
+// alive for long.
 type arrayInterner struct {
-	mu     sync.RWMutex
-	byHash map[int][]*ast.Term
-	n, max int
+	mu                  sync.RWMutex
+	byHash              map[int][]*ast.Term
+	n, bytes            int
+	maxArrays, maxBytes int
 }
 
-func newArrayInterner(max int) *arrayInterner {
-	return &arrayInterner{byHash: map[int][]*ast.Term{}, max: max}
+func newArrayInterner(maxArrays, maxBytes int) *arrayInterner {
+	return &arrayInterner{byHash: map[int][]*ast.Term{}, maxArrays: maxArrays, maxBytes: maxBytes}
 }
+
+// maxInternedSize bounds one kept array's values (memo.Size): a larger
+// array is made anew every time.
+const maxInternedSize = 4 << 10
 
 // array is the term of the array of elems (elems may be the caller's
 // buffer: a new array copies it).
@@ -267,17 +277,22 @@ func (in *arrayInterner) array(elems []*ast.Term) *ast.Term {
 		return t
 	}
 	t = ast.ArrayTerm(slices.Clone(elems)...)
+	size := memo.Size(t.Value)
+	if size > maxInternedSize {
+		return t
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if found := in.find(h, elems); found != nil {
 		return found
 	}
-	if in.n >= in.max {
+	if in.n >= in.maxArrays || in.bytes+size > in.maxBytes {
 		clear(in.byHash)
-		in.n = 0
+		in.n, in.bytes = 0, 0
 	}
 	in.byHash[h] = append(in.byHash[h], t)
 	in.n++
+	in.bytes += size
 	return t
 }
 

@@ -1,6 +1,7 @@
 package opa
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -121,7 +122,7 @@ func TestLookupPlans(t *testing.T) {
 // TestArrayInterner: arrays whose elements compare equal are one term,
 // others are not, the caller's buffer is copied, and the bound holds.
 func TestArrayInterner(t *testing.T) {
-	in := newArrayInterner(3)
+	in := newArrayInterner(3, 1<<20)
 	s := ast.StringTerm
 	buf := []*ast.Term{s("a"), s("b")}
 	first := in.array(buf)
@@ -137,7 +138,17 @@ func TestArrayInterner(t *testing.T) {
 			t.Errorf("%v: got %v (first: %v)", other, got, got == first)
 		}
 	}
-	if in.n > in.max {
-		t.Errorf("holds %d arrays, bound %d", in.n, in.max)
+	// An array past maxInternedSize is not kept: each call makes its own.
+	long := s(strings.Repeat("x", maxInternedSize))
+	if a, b := in.array([]*ast.Term{long}), in.array([]*ast.Term{long}); a == b || !a.Equal(b) {
+		t.Errorf("a large array: kept (%v) or changed", a == b)
+	}
+	// Objects are kept like any value.
+	obj := ast.MustParseTerm(`{"image": "x"}`)
+	if a, b := in.array([]*ast.Term{obj}), in.array([]*ast.Term{ast.MustParseTerm(`{"image": "x"}`)}); a != b {
+		t.Error("equal objects made a second array")
+	}
+	if in.n > in.maxArrays || in.bytes > in.maxBytes {
+		t.Errorf("holds %d arrays, %d bytes; bounds %d, %d", in.n, in.bytes, in.maxArrays, in.maxBytes)
 	}
 }
