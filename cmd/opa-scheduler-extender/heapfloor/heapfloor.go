@@ -9,9 +9,10 @@
 // mark phase runs about twice as long (measured with a runtime trace:
 // bench/cmd/tracetail), and those calls make the latency's 99th
 // percentile. A floor lets the heap grow to at least Floor bytes before a
-// cycle starts: with a small live heap the collector runs a few times less
-// often, and with a live heap past Floor/2 nothing changes (GOGC's own
-// goal is higher). The price is bounded: at most Floor bytes of heap.
+// cycle starts: with 20 MiB live and a 64 MiB floor the collector runs
+// half as often, and with a live heap past Floor/2 nothing changes
+// (GOGC's own goal is higher). The price is bounded: the heap grows to
+// Floor bytes where GOGC alone would have stopped it sooner, no further.
 //
 // It works as the runtime allows, from outside: after each cycle (a
 // cleanup on a sentinel object runs once per cycle that finds it dead) it
