@@ -63,8 +63,14 @@ type Entry[R any] struct {
 	key   *ast.Array
 	hash  uint64
 
-	mu      sync.RWMutex
-	byClass map[int]R
+	mu sync.RWMutex
+	// class0 is class 0's result, held in the entry: most entries hold
+	// that one only (a pod-only constraint's verdict, every helper
+	// answer), and a map each for it took more heap than the entry.
+	// byClass holds the other classes, made at the first of them.
+	class0    R
+	hasClass0 bool
+	byClass   map[int]R
 
 	// gen, results and bytes belong to the memo's lock.
 	gen     *generation[R]
@@ -120,13 +126,13 @@ func (m *Memo[R]) Find(owner uint64, terms []*ast.Term) *Entry[R] {
 		return e
 	}
 	key := ast.NewArray(slices.Clone(terms)...)
-	e = &Entry[R]{owner: owner, key: key, hash: h, byClass: map[int]R{}, results: 0, bytes: int64(Size(key)) + entryOverhead}
+	e = &Entry[R]{owner: owner, key: key, hash: h, results: 0, bytes: int64(Size(key)) + entryOverhead}
 	m.adopt(e)
 	return e
 }
 
 const (
-	entryOverhead  = 160 // the entry, its map and its slot
+	entryOverhead  = 160 // the entry and its slot (and, for a node-reading constraint, the map of its classes)
 	resultOverhead = 48  // a map slot and the slice header
 )
 
@@ -192,6 +198,9 @@ func (g *generation[R]) remove(e *Entry[R]) {
 func (e *Entry[R]) Get(class int) (R, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	if class == 0 {
+		return e.class0, e.hasClass0
+	}
 	r, ok := e.byClass[class]
 	return r, ok
 }
@@ -199,8 +208,16 @@ func (e *Entry[R]) Get(class int) (R, bool) {
 // Put stores the result of a class in e; bytes estimates its size.
 func (m *Memo[R]) Put(e *Entry[R], class int, r R, bytes int) {
 	e.mu.Lock()
-	_, had := e.byClass[class]
-	e.byClass[class] = r
+	var had bool
+	if class == 0 {
+		had, e.class0, e.hasClass0 = e.hasClass0, r, true
+	} else {
+		if e.byClass == nil {
+			e.byClass = map[int]R{}
+		}
+		_, had = e.byClass[class]
+		e.byClass[class] = r
+	}
 	e.mu.Unlock()
 	if had {
 		return

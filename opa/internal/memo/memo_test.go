@@ -48,6 +48,40 @@ func TestMemoBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestEntryClasses: class 0 is held in the entry, the others in its map;
+// each class counts once, however often it is put, and a class's absence
+// is told from a zero result.
+func TestEntryClasses(t *testing.T) {
+	m := New[int](Options{})
+	e := m.Find(1, key(1))
+	steps := []struct {
+		put, class, value int // put: 1 to put value in class first
+		want              int
+		found             bool
+		results           int
+	}{
+		{class: 0, found: false},
+		{put: 1, class: 0, value: 0, want: 0, found: true, results: 1},
+		{class: 3, found: false, results: 1},
+		{put: 1, class: 3, value: 30, want: 30, found: true, results: 2},
+		{put: 1, class: 0, value: 7, want: 7, found: true, results: 2},
+		{put: 1, class: 5, value: 50, want: 50, found: true, results: 3},
+		{class: 3, want: 30, found: true, results: 3},
+	}
+	for i, s := range steps {
+		if s.put == 1 {
+			m.Put(e, s.class, s.value, 8)
+		}
+		got, found := e.Get(s.class)
+		if found != s.found || got != s.want {
+			t.Errorf("step %d: class %d = %d, %v; want %d, %v", i, s.class, got, found, s.want, s.found)
+		}
+		if n := m.Stats().Results; n != s.results {
+			t.Errorf("step %d: %d results counted, want %d", i, n, s.results)
+		}
+	}
+}
+
 func TestMemoOwnersAreApart(t *testing.T) {
 	m := New[string](Options{})
 	a := m.Find(1, key(1))
