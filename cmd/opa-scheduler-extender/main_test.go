@@ -31,6 +31,8 @@ func TestCommandLine(t *testing.T) {
 		{name: "help", args: []string{"--help"}, code: 0, stderr: []string{"Usage:", "verify PATH"}},
 		{name: "help of serve", args: []string{"serve", "--help"}, code: 0, stderr: []string{"--policy-dir string"}},
 		{name: "nothing to enforce", args: []string{"serve", "--no-cluster"}, code: 1, stderr: []string{"nothing to enforce"}},
+		{name: "negative heap floor", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--gc-heap-floor-bytes", "-1"}, code: 1, stderr: []string{"--gc-heap-floor-bytes -1: want 0 or more"}},
+		{name: "negative parallelism", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--eval-parallelism", "-2"}, code: 1, stderr: []string{"--eval-parallelism -2: want 0 or more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -57,6 +57,7 @@ type serveFlags struct {
 	memoResults                   int
 	memoBytes                     int64
 	gcHeapFloor                   int64
+	evalParallelism               int
 }
 
 func (f *serveFlags) register(fs *pflag.FlagSet) {
@@ -87,6 +88,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opaConfig, "opa-config", "", "OPA configuration file (YAML or JSON) for the embedded SDK: services, labels, keys, status and decision_logs report to an OPA control plane as any OPA does, every filter, prioritize and bind decision going to the decision log as one record; bundles and discovery are refused")
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
+	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS; 1: one after the other, on the request's own)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOMEMLIMIT still bounds the heap")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
@@ -237,6 +239,9 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if f.gcHeapFloor < 0 {
 		return fmt.Errorf("--gc-heap-floor-bytes %d: want 0 or more", f.gcHeapFloor)
 	}
+	if f.evalParallelism < 0 {
+		return fmt.Errorf("--eval-parallelism %d: want 0 or more", f.evalParallelism)
+	}
 	cfg, err := clusterConfig(f)
 	if err != nil {
 		return err
@@ -259,7 +264,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		}
 	}
 	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
-		MemoEntries: f.memoResults, MemoBytes: f.memoBytes, OPAConfig: opaConfig})
+		MemoEntries: f.memoResults, MemoBytes: f.memoBytes, OPAConfig: opaConfig, Parallelism: f.evalParallelism})
 	if err != nil {
 		return err
 	}

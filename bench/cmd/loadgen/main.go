@@ -65,6 +65,10 @@ type flags struct {
 	// gcHeapFloorSet: given on the command line, so passed to -service too.
 	gcHeapFloor    int64
 	gcHeapFloorSet bool
+	// evalParallelism is the engine's Options.Parallelism (0: its
+	// default); with -service, passed as --eval-parallelism when given.
+	evalParallelism    int
+	evalParallelismSet bool
 	// service is the opa-scheduler-extender binary to measure as its own
 	// process (empty: the engine and server in this process).
 	service string
@@ -106,8 +110,15 @@ func parseFlags() (*flags, error) {
 	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server in this process that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"; not with -service)")
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: GOGC alone); with -service, passed to the service when given")
+	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on, as the service's --eval-parallelism sets it (0: the engine's default, GOMAXPROCS); with -service, passed to the service when given")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
-	fs.Visit(func(fl *flag.Flag) { f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
+		f.evalParallelismSet = f.evalParallelismSet || fl.Name == "eval-parallelism"
+	})
+	if f.evalParallelism < 0 {
+		return nil, fmt.Errorf("-eval-parallelism %d: want 0 or more", f.evalParallelism)
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -324,6 +335,9 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 	if f.gcHeapFloorSet {
 		extra = append(extra, "--gc-heap-floor-bytes="+strconv.FormatInt(f.gcHeapFloor, 10))
 	}
+	if f.evalParallelismSet {
+		extra = append(extra, "--eval-parallelism="+strconv.Itoa(f.evalParallelism))
+	}
 	svc, err := perf.StartService(f.service, dir, extra...)
 	if err != nil {
 		return err
@@ -434,7 +448,7 @@ func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 	}
 	// Nodes in batches of 500, as an informer's initial list arrives in
 	// pages. The objects are not kept: the engine holds its own copy.
-	e, err := perf.NewEngine(ctx, opa.Options{}, ps, append(perf.Namespaces(), f.nodeSize.Nodes(n)...), 500)
+	e, err := perf.NewEngine(ctx, opa.Options{Parallelism: f.evalParallelism}, ps, append(perf.Namespaces(), f.nodeSize.Nodes(n)...), 500)
 	if err != nil {
 		return nil, err
 	}

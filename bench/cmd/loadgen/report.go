@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ type Config struct {
 	// GCHeapFloor is the service's heap floor in bytes (-1: the
 	// -service binary's own default).
 	GCHeapFloor int64 `json:"gcHeapFloor"`
+	// EvalParallelism is the engine's Options.Parallelism (0: its
+	// default, GOMAXPROCS; -1: the -service binary's own default).
+	EvalParallelism int `json:"evalParallelism"`
 }
 
 func (f *flags) config() Config {
@@ -77,6 +81,10 @@ func (f *flags) config() Config {
 	c.GCHeapFloor = f.gcHeapFloor
 	if f.service != "" && !f.gcHeapFloorSet {
 		c.GCHeapFloor = -1
+	}
+	c.EvalParallelism = f.evalParallelism
+	if f.service != "" && !f.evalParallelismSet {
+		c.EvalParallelism = -1
 	}
 	return c
 }
@@ -269,9 +277,16 @@ func printMarkdown(w io.Writer, r *Report) {
 	if r.Config.GCHeapFloor >= 0 {
 		floor = fmt.Sprintf("%d MiB", r.Config.GCHeapFloor>>20)
 	}
-	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s.\n\n",
+	parallelism := "the binary's default"
+	switch p := r.Config.EvalParallelism; {
+	case p == 0:
+		parallelism = "GOMAXPROCS"
+	case p > 0:
+		parallelism = strconv.Itoa(p)
+	}
+	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s; evaluation parallelism %s.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
-		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor)
+		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor, parallelism)
 	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
