@@ -23,7 +23,7 @@ func BenchmarkFilterHandler(b *testing.B) {
 	for _, tc := range streamKinds {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
-			srv, err := server.New(server.Options{Policy: streamEngine(b), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv, err := server.New(server.Options{Policy: streamEngine(b, tc.parallelism), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -134,7 +134,7 @@ func BenchmarkPodStream(b *testing.B) {
 	for _, tc := range streamKinds {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
-			e := streamEngine(b)
+			e := streamEngine(b, tc.parallelism)
 			cands := Candidates(500)
 			s := NewStream(7, 3, tc.share)
 			run := func() {
@@ -161,21 +161,26 @@ func BenchmarkPodStream(b *testing.B) {
 }
 
 // streamKinds are the pod streams of the 500-candidate benchmarks:
-// replicas of known ReplicaSets only, and one-off pods only.
+// replicas of known ReplicaSets only, and one-off pods only; and one-off
+// pods again with their misses evaluated one after the other on the
+// request's goroutine (Options.Parallelism 1), against the default of
+// every core.
 var streamKinds = []struct {
-	name  string
-	share float64
-}{{"replica", 0}, {"one-off", 1}}
+	name        string
+	share       float64
+	parallelism int
+}{{"replica", 0, 0}, {"one-off", 1, 0}, {"one-off-serial", 1, 1}}
 
 // streamEngine is an engine on the realistic mix with 500 kubelet-sized
-// Nodes and the Namespaces, closed when b ends.
-func streamEngine(b *testing.B) *opa.Engine {
+// Nodes and the Namespaces, evaluating on parallelism goroutines (0: its
+// default), closed when b ends.
+func streamEngine(b *testing.B, parallelism int) *opa.Engine {
 	ctx := context.Background()
 	ps, err := LoadRealistic(testDirs(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := NewEngine(ctx, opa.Options{}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
+	e, err := NewEngine(ctx, opa.Options{Parallelism: parallelism}, ps, append(Namespaces(), KubeletNodes.Nodes(500)...), 0)
 	if err != nil {
 		b.Fatal(err)
 	}
