@@ -79,11 +79,11 @@ func (a scoreAnswer) score(i int) int64 {
 	return clampScore(a.p.Score(i))
 }
 
-func (a scoreAnswer) appendJSON(b []byte) ([]byte, error) {
+func (a scoreAnswer) appendJSON(b []byte, s *answerSpill) ([]byte, error) {
 	b = append(b, '[')
 	for i := range a.p.Nodes {
 		if i > 0 {
-			b = append(b, ',')
+			b = append(s.check(b), ',')
 		}
 		b = append(b, `{"Host":`...)
 		b = appendJSONString(b, a.names[i])
@@ -95,7 +95,7 @@ func (a scoreAnswer) appendJSON(b []byte) ([]byte, error) {
 }
 
 // appendJSON appends the answer and the newline json.Encoder ends with.
-func (a *filterAnswer) appendJSON(b []byte) ([]byte, error) {
+func (a *filterAnswer) appendJSON(b []byte, s *answerSpill) ([]byte, error) {
 	b = append(b, `{"Nodes":`...)
 	if a.nodes == nil {
 		b = append(b, "null"...)
@@ -113,21 +113,21 @@ func (a *filterAnswer) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, '[')
 		for i, n := range *a.nodeNames {
 			if i > 0 {
-				b = append(b, ',')
+				b = append(s.check(b), ',')
 			}
 			b = appendJSONString(b, n)
 		}
 		b = append(b, ']')
 	}
 	b = append(b, `,"FailedNodes":`...)
-	b = appendFailed(b, a.failed)
+	b = appendFailed(b, a.failed, s)
 	b = append(b, `,"FailedAndUnresolvableNodes":`...)
-	b = appendFailed(b, a.unresolvable)
+	b = appendFailed(b, a.unresolvable, s)
 	// Errors are answered by filterError, never by a filterAnswer.
 	return append(b, `,"Error":""}`+"\n"...), nil
 }
 
-func appendFailed(b []byte, nodes []failedNode) []byte {
+func appendFailed(b []byte, nodes []failedNode, s *answerSpill) []byte {
 	if nodes == nil {
 		return append(b, "null"...)
 	}
@@ -137,7 +137,7 @@ func appendFailed(b []byte, nodes []failedNode) []byte {
 	w.b = append(w.b, '{')
 	for i := range nodes {
 		if i > 0 {
-			w.b = append(w.b, ',')
+			w.b = append(s.check(w.b), ',')
 		}
 		n := &nodes[i]
 		w.b = appendJSONString(w.b, n.name)

@@ -3,6 +3,10 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"sync"
 	"testing"
@@ -80,7 +84,7 @@ func TestScoreAnswerIsEncodingJSON(t *testing.T) {
 	want := extenderv1.HostPriorityList{{Host: "n-1", Score: 10}, {Host: names[1], Score: 7}, {Host: names[2], Score: 3}, {Host: "", Score: 3}, {Host: "ghost", Score: 0}, {Host: "denied", Score: 0}}
 	for _, n := range []int{0, 1, len(names)} {
 		p := opa.NewPlacement(nodes[:n], violations[:n], 3, 0)
-		got, err := scoreAnswer{names: names[:n], p: p}.appendJSON(nil)
+		got, err := scoreAnswer{names: names[:n], p: p}.appendJSON(nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +134,7 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := tc.answer.appendJSON(nil)
+			b, err := tc.answer.appendJSON(nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,5 +189,70 @@ func TestAnswerPoolSizesFromLargeAnswers(t *testing.T) {
 	}
 	if l := p.large.Load(); l != 10<<10 {
 		t.Errorf("after 200 answers of 10 KiB the pool sizes buffers for %d bytes, want %d", l, 10<<10)
+	}
+}
+
+// TestLargeAnswersGoOutInPieces: an answer past spillAnswerAt is sent in
+// pieces as it is written (chunked, no Content-Length), byte for byte the
+// answer built whole, and the buffer it was written into stays about
+// spillAnswerAt long; shorter answers carry their length.
+func TestLargeAnswersGoOutInPieces(t *testing.T) {
+	answer := func(n int) *filterAnswer {
+		a := &filterAnswer{unresolvable: make([]failedNode, n)}
+		names := make([]string, n)
+		for i := range n {
+			names[i] = fmt.Sprintf("node-%05d", i)
+			a.unresolvable[i] = failedNode{name: names[i], reason: "[every-node] the pod's own violation, the same on every node <\"quoted\">"}
+		}
+		a.nodeNames = &names
+		return a
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   int
+		chunked bool
+	}{
+		{"small", 100, false},
+		{"just under", 5000, false},
+		{"large", 30000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := answer(tc.nodes)
+			whole, err := a.appendJSON(nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(whole) > spillAnswerAt+4096) != tc.chunked {
+				t.Fatalf("the case's answer is %d bytes: pick another size", len(whole))
+			}
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, http.StatusOK, a)
+			}))
+			defer ts.Close()
+			resp, err := ts.Client().Get(ts.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, whole) {
+				t.Fatalf("%d bytes sent, differing from the %d built whole", len(got), len(whole))
+			}
+			chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
+			if chunked != tc.chunked || (!chunked && resp.ContentLength != int64(len(whole))) {
+				t.Errorf("Transfer-Encoding %v, Content-Length %d for %d bytes; want chunked %v", resp.TransferEncoding, resp.ContentLength, len(whole), tc.chunked)
+			}
+			if resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
+			}
+			if tc.chunked {
+				if large := filterAnswerBuffers.large.Load(); large > 2*spillAnswerAt {
+					t.Errorf("the answer's buffer held %d bytes at once, for a %d-byte answer", large, len(whole))
+				}
+			}
+		})
 	}
 }
