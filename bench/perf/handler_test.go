@@ -49,14 +49,7 @@ func BenchmarkFilterHandler(b *testing.B) {
 					b.Fatalf("filter answered %d with %d bytes", w.status, w.n)
 				}
 			}
-			for range 300 { // warm: the ReplicaSets, the namespaces' classes
-				run()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				run()
-			}
+			timeWarm(b, run)
 		})
 	}
 }
