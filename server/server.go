@@ -271,16 +271,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		bp := pool.get()
 		spill := &answerSpill{w: w, status: status, at: spillAnswerAt}
 		b, err := a.appendJSON((*bp)[:0], spill)
-		switch {
-		case err == nil && spill.started:
-			_, _ = w.Write(b) // the client went away; nothing to do
-		case err == nil:
-			// A known length: the answer goes out in one piece, not chunked.
-			h.Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(status)
-			_, _ = w.Write(b) // the client went away; nothing to do
-		}
 		if err == nil || spill.started {
+			if err == nil {
+				if !spill.started {
+					// A known length: the answer goes out in one piece, not chunked.
+					h.Set("Content-Length", strconv.Itoa(len(b)))
+					w.WriteHeader(status)
+				}
+				_, _ = w.Write(b) // the client went away; nothing to do
+			}
 			// An error after part of the answer went out (none of the
 			// appenders fails past its first bytes) leaves the body cut
 			// short, which the client reads as a failed call.
