@@ -95,8 +95,10 @@ type Engine struct {
 	templates   map[string]*templateState // by template name
 	constraints map[ConstraintKey]*constraintState
 	invCounts   map[string]int
-	invGen      uint64
-	generation  uint64
+	// helperOwners are the helper memo's owners by helper identity.
+	helperOwners map[string]uint64
+	invGen       uint64
+	generation   uint64
 	// nodesRaw holds every inventory Node whole, as deflated JSON, while
 	// the store keeps them cut; view is what the store keeps (nodeview.go).
 	nodesRaw map[string][]byte
@@ -211,7 +213,7 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
 			continue
 		}
-		h, err := e.helperOf(ct, bc, len(bc.keyInputPaths), p)
+		h, err := e.helperOf(ct, bc, p)
 		if err != nil {
 			return nil, err
 		}
@@ -632,6 +634,7 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 		}
 		return a.Name < b.Name
 	})
+	e.keepHelperOwners(next)
 	return next, nil
 }
 

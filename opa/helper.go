@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -36,8 +37,12 @@ var helperArgument = ast.StringTerm("helper_argument")
 
 // keyHelper is one Helper of a bound constraint's key.
 type keyHelper struct {
-	// owner names its answers in the engine's helper memo.
-	owner uint64
+	// owner names its answers in the engine's helper memo: every helper
+	// with the same identity (helperIdentity) has the same owner, so the
+	// library's is_exempt, shipped in each PSP template, is evaluated once
+	// per image and exemptImages, not once per template.
+	owner    uint64
+	identity string
 	// reads are the function's reads below the value: its memo key.
 	reads [][]*ast.Term
 	query *rego.PreparedEvalQuery
@@ -67,20 +72,12 @@ type helperQueries struct {
 	byQuery map[string]*rego.PreparedEvalQuery
 }
 
-// helperOwner is the helper memo's owner of a constraint's k-th key path
-// (k < maxKeyPaths: helperOf refuses more).
-func helperOwner(owner uint64, k int) uint64 { return owner<<16 | uint64(k) }
-
-// maxKeyPaths bounds the key paths of a constraint whose key holds helper
-// answers, so that helperOwner tells them apart.
-const maxKeyPaths = 1 << 16
-
 // helperMemoOptions bound the helper memo: its answers are booleans
 // under short keys (an image), far smaller than the verdicts'.
 var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 8 << 20}
 
 // helperOf is the keyHelper of a key path ending in a Helper, or nil.
-func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path []*ast.Term) (*keyHelper, error) {
+func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast.Term) (*keyHelper, error) {
 	if len(path) == 0 {
 		return nil, nil
 	}
@@ -88,14 +85,12 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 	if !ok {
 		return nil, nil
 	}
-	if k >= maxKeyPaths {
-		return nil, fmt.Errorf("%w: more than %d memo key paths", ErrInvalidTemplate, maxKeyPaths)
-	}
 	q, err := ct.helperQuery(h, e.store)
 	if err != nil {
 		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
 	}
-	kh := &keyHelper{owner: helperOwner(bc.owner, k), reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
+	identity := helperIdentity(analysis.HelperDependencies(ct.compiler, templateRoot(ct.t.kind), h), h, bc.parameters)
+	kh := &keyHelper{owner: e.helperOwner(identity), identity: identity, reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
 	arg := path[:len(path)-1]
 	kh.argPlan = compileInput(arg)
 	if _, _, _, conditional := analysis.Condition(arg); !conditional {
@@ -117,6 +112,64 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, k int, path
 		}
 	}
 	return kh, nil
+}
+
+// helperIdentity names what a helper's answer depends on besides its
+// value: the code it runs, its constant arguments, what it reads of the
+// value, and the values of the parameters it reads.
+func helperIdentity(deps analysis.HelperDeps, h analysis.HelperCall, params ast.Value) string {
+	var b strings.Builder
+	b.WriteString(deps.Code)
+	b.WriteString("\x00")
+	for _, a := range h.Args {
+		b.WriteString(a.String())
+		b.WriteString("\x00")
+	}
+	for _, p := range h.Reads {
+		b.WriteString(analysis.PathString(p))
+		b.WriteString("\x00")
+	}
+	for _, p := range deps.Params {
+		b.WriteString(analysis.PathString(p))
+		b.WriteString("=")
+		if v, err := params.Find(ast.Ref(p)); err == nil {
+			b.WriteString(v.String())
+		} else {
+			b.WriteString("(absent)")
+		}
+		b.WriteString("\x00")
+	}
+	return b.String()
+}
+
+// helperOwner is the helper memo's owner of the helpers named identity,
+// given at the first of them. The table belongs to e.mu; nextSnapshot
+// keeps in it only the identities its constraints use, so that owners of
+// removed helpers are not kept (their answers age out of the memo).
+func (e *Engine) helperOwner(identity string) uint64 {
+	if owner, ok := e.helperOwners[identity]; ok {
+		return owner
+	}
+	owner := e.owners.Add(1)
+	if e.helperOwners == nil {
+		e.helperOwners = map[string]uint64{}
+	}
+	e.helperOwners[identity] = owner
+	return owner
+}
+
+// keepHelperOwners forgets the helper owners that no constraint of snap
+// uses.
+func (e *Engine) keepHelperOwners(snap *snapshot) {
+	used := make(map[string]uint64, len(e.helperOwners))
+	for _, bc := range snap.constraints {
+		for _, h := range bc.keyHelpers {
+			if h != nil {
+				used[h.identity] = h.owner
+			}
+		}
+	}
+	e.helperOwners = used
 }
 
 // helperQuery prepares (once per template and call) the query that

@@ -409,3 +409,109 @@ func TestHelperKeysWhilePoliciesChange(t *testing.T) {
 		sameAsWithoutMemo(t, memo, exact, helperPod(fmt.Sprintf("after-%d", i), img), cands)
 	}
 }
+
+// sharedHelperPolicies are four templates that test each container with
+// is_exempt: k8ssharea and k8sshareb ship the library's lib and exempt the
+// same images (their constraints differ in other parameters), k8ssharec
+// ships it with other exemptImages, and k8sshared ships a lib whose
+// is_exempt matches exact images only (other code, same exemptImages).
+func sharedHelperPolicies(cExempt string) string {
+	template := func(kind, test, lib, params string) string {
+		name := strings.ToLower(kind)
+		return `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: ` + name + `}
+spec:
+  crd:
+    spec:
+      names: {kind: ` + kind + `}
+      validation: {openAPIV3Schema: {type: object, properties: {exemptImages: {type: array, items: {type: string}}, level: {type: integer}}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package ` + name + `
+        import data.lib.exempt_container.is_exempt
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          not is_exempt(c)
+          ` + test + `
+          msg := sprintf("` + kind + `: %v", [c.name])
+        }
+` + lib + `---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: ` + kind + `
+metadata: {name: ` + name + `}
+spec:
+  parameters: ` + params + `
+---
+`
+	}
+	exactOnly := strings.Replace(exemptLibYAML, `          _matches_exemption(img, exemption) {
+            endswith(exemption, "*")
+            prefix := trim_suffix(exemption, "*")
+            startswith(img, prefix)
+          }
+`, "", 1)
+	return template("K8sShareA", "c.securityContext.privileged", exemptLibYAML, `{exemptImages: ["safe.io/*"], level: 1}`) +
+		template("K8sShareB", "c.securityContext.runAsUser == 0", exemptLibYAML, `{exemptImages: ["safe.io/*"], level: 2}`) +
+		template("K8sShareC", "c.securityContext.privileged", exemptLibYAML, `{exemptImages: [`+cExempt+`]}`) +
+		template("K8sShareD", "c.securityContext.privileged", exactOnly, `{exemptImages: ["safe.io/*"]}`)
+}
+
+// TestSharedHelperAnswers: templates that ship the same helper share its
+// answers where the parameters it reads agree, so that a new image costs
+// one evaluation per distinct (code, exemptImages), not one per template;
+// changing a constraint's exemptImages moves it to the answers of its new
+// value; verdicts stay those of the engine without memo.
+func TestSharedHelperAnswers(t *testing.T) {
+	policies := func(cExempt string) []*unstructured.Unstructured {
+		objs, err := source.ReadObjects(strings.NewReader(sharedHelperPolicies(cExempt)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	memo, exact := newEngine(t, opa.Options{}), newEngine(t, opa.Options{DisableMemo: true})
+	apply(t, memo, policies(`"registry.io/*"`)...)
+	apply(t, exact, policies(`"registry.io/*"`)...)
+	cands := []opa.Candidate{{Name: "n-1"}}
+	for _, e := range []*opa.Engine{memo, exact} {
+		apply(t, e, node("n-1", nil))
+	}
+	sharePod := func(name string, images ...string) map[string]any {
+		var args []any
+		for _, img := range images {
+			args = append(args, img)
+		}
+		p := helperPod(name, args...)
+		for _, c := range spec(p)["containers"].([]any) {
+			c.(map[string]any)["securityContext"].(map[string]any)["runAsUser"] = 0
+		}
+		return p
+	}
+	newImages := func(want uint64, round string) {
+		t.Helper()
+		before := memo.Stats().HelperEvaluations
+		const pods = 10
+		for i := range pods {
+			sameAsWithoutMemo(t, memo, exact, sharePod(fmt.Sprintf("%s-%d", round, i), fmt.Sprintf("registry.io/%s-%d:1", round, i)), cands)
+		}
+		if got := memo.Stats().HelperEvaluations - before; got != want*pods {
+			t.Errorf("%s: %d pods with a new image each ran %d helper evaluations, want %d (%d per image)", round, pods, got, want*pods, want)
+		}
+	}
+	// A and B share; C reads other exemptImages; D runs other code.
+	newImages(3, "three")
+	for _, img := range []string{"safe.io/a", "safe.io/*", "registry.io/b", "other.io/c"} {
+		if got := sameAsWithoutMemo(t, memo, exact, sharePod("known-"+img, img), cands); len(got) == 0 {
+			t.Errorf("%s: no violation, want some (every template does not exempt it)", img)
+		}
+	}
+	// C now exempts what A and B do: it joins their answers.
+	apply(t, memo, policies(`"safe.io/*"`)...)
+	apply(t, exact, policies(`"safe.io/*"`)...)
+	newImages(2, "two")
+	for _, img := range []string{"safe.io/a", "registry.io/b", "safe.io/*"} {
+		sameAsWithoutMemo(t, memo, exact, sharePod("after-"+img, img), cands)
+	}
+}

@@ -156,20 +156,8 @@ func Analyze(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value)
 // analyzeRules is Analyze; noSeveral keeps in the key the values printed
 // through functions with several definitions.
 func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.Value, noSeveral bool) *Result {
-	z := &analyzer{
-		noSeveral: noSeveral,
-		compiler:  c,
-		root:      root,
-		violation: root.Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")),
-		active:    map[*ast.Rule]int{},
-		params:    params,
-		consts:    map[string]*origin{},
-		listSets:  map[string][]*ast.Term{},
-		listDefs:  map[*ast.Term]listDef{},
-		relays:    map[string]bool{},
-		inlined:   map[*ast.Rule]bool{},
-		bailed:    map[*ast.Rule]bool{},
-	}
+	z := newAnalyzer(c, root, params)
+	z.noSeveral = noSeveral
 	z.relaySites = z.findRelays(rules)
 	var functions []*ast.Rule
 	for _, r := range rules {
@@ -193,6 +181,23 @@ func analyzeRules(c *ast.Compiler, rules []*ast.Rule, root ast.Ref, params ast.V
 	}
 	a.PrintedThroughSeveral = z.several && len(a.Messages) > 0
 	return a
+}
+
+// newAnalyzer is an analyzer of the template at root, with no rule read yet.
+func newAnalyzer(c *ast.Compiler, root ast.Ref, params ast.Value) *analyzer {
+	return &analyzer{
+		compiler:  c,
+		root:      root,
+		violation: root.Append(ast.StringTerm("template")).Append(ast.StringTerm("violation")),
+		active:    map[*ast.Rule]int{},
+		params:    params,
+		consts:    map[string]*origin{},
+		listSets:  map[string][]*ast.Term{},
+		listDefs:  map[*ast.Term]listDef{},
+		relays:    map[string]bool{},
+		inlined:   map[*ast.Rule]bool{},
+		bailed:    map[*ast.Rule]bool{},
+	}
 }
 
 // functionsApart analyses on their own, parameters unbound, the functions
