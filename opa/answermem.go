@@ -21,16 +21,20 @@ import "sync"
 
 // answerMemory is what an answer took from the pools, and its references.
 type answerMemory struct {
-	mu     sync.Mutex
-	refs   int
-	nodes  *[]NodeVerdict
-	cells  []*[]cell
-	at     *[]int32
-	source *Placement // the answer this one was cut from (restrict)
+	mu    sync.Mutex
+	refs  int
+	nodes *[]NodeVerdict
+	cells []*[]cell
+	// columns holds the answer's columns: an answer's p.columns is this
+	// slice (or what appending to it made, which is kept instead).
+	columns *[]column
+	at      *[]int32
+	source  *Placement // the answer this one was cut from (restrict)
 }
 
 var (
 	verdictPool = sync.Pool{New: func() any { return new([]NodeVerdict) }}
+	columnPool  = sync.Pool{New: func() any { return new([]column) }}
 	cellPool    = sync.Pool{New: func() any { return new([]cell) }}
 	atPool      = sync.Pool{New: func() any { return new([]int32) }}
 )
@@ -61,6 +65,20 @@ func (p *Placement) newCells(n int) []cell {
 	p.mem.cells = append(p.mem.cells, c)
 	p.mem.mu.Unlock()
 	return *c
+}
+
+// newColumns gives p an empty column list of capacity n, from the pool
+// when p's memory is counted.
+func (p *Placement) newColumns(n int) []column {
+	if p.mem == nil {
+		return make([]column, 0, n)
+	}
+	c := columnPool.Get().(*[]column)
+	if cap(*c) < n {
+		*c = make([]column, 0, n)
+	}
+	p.mem.columns = c
+	return (*c)[:0]
 }
 
 // newAt gives p (an answer being cut from source, which must hold a
@@ -119,7 +137,16 @@ func (p *Placement) Release() {
 	if m.at != nil {
 		atPool.Put(m.at)
 	}
-	m.nodes, m.cells, m.at = nil, nil, nil
+	if m.columns != nil {
+		if cap(p.columns) > cap(*m.columns) {
+			*m.columns = p.columns // grown past the pooled slice: keep the larger
+		}
+		cols := (*m.columns)[:cap(*m.columns)]
+		clear(cols) // cells and printed values
+		*m.columns = cols[:0]
+		columnPool.Put(m.columns)
+	}
+	m.nodes, m.cells, m.at, m.columns = nil, nil, nil, nil
 	// A reader that breaks the contract finds nothing rather than another
 	// answer's verdicts (and the race detector sees it).
 	p.Nodes, p.columns, p.at = nil, nil, nil

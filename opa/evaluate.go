@@ -392,9 +392,8 @@ type request struct {
 	override     bool
 	nodes        *ast.Term
 	explain      bool
-	// pods caches the pod's reviews with placeholders, by the set of
-	// paths they replace; plain is the pod's review as it is.
-	pods  map[string]*podView
+	// plain is the pod's review as it is; the reviews with placeholders
+	// are in the request's buffers (podBuffers.viewsBySig).
 	plain *podView
 	// scratch holds the per-candidate buffers below (scratch.go); classAux
 	// is the node classes' printed values of the constraint being judged.
@@ -525,7 +524,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 	}
 	if violated {
 		if p.columns == nil {
-			p.columns = make([]column, 0, max(1, int(r.e.columnsHint.Load())))
+			p.columns = p.newColumns(max(1, int(r.e.columnsHint.Load())))
 		}
 		p.columns = append(p.columns, col)
 		if n := int32(min(len(p.columns), maxCommonHint)); n > r.e.columnsHint.Load() {

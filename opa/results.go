@@ -99,18 +99,20 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 		}
 		return r.plain
 	}
-	if v, ok := r.pods[bc.podViewSig]; ok {
+	b := r.buffers()
+	if v, ok := b.viewsBySig[bc.podViewSig]; ok {
 		return v
 	}
-	v := &podView{msgs: bc.podMsgs}
+	v := b.newView()
+	v.msgs = bc.podMsgs
 	r.walkMsgs(v, nil)
 	if !v.placed {
 		v.review = r.podReview
 	}
-	if r.pods == nil {
-		r.pods = map[string]*podView{}
+	if b.viewsBySig == nil {
+		b.viewsBySig = map[string]*podView{}
 	}
-	r.pods[bc.podViewSig] = v
+	b.viewsBySig[bc.podViewSig] = v
 	return v
 }
 

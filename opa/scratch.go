@@ -71,6 +71,24 @@ type podBuffers struct {
 	// helper's (callHelper), helperRaw the values a helper's answers are
 	// found from (helperKey).
 	key, helperRead, helperRaw []*ast.Term
+	// views are the pod's reviews with placeholders (podView), by the set
+	// of paths they replace; every replica makes a few. Their key
+	// buffers are kept with them; their bindings are not, since an
+	// answer keeps those.
+	viewsBySig map[string]*podView
+	views      []*podView
+	usedViews  int
+}
+
+// newView is a cleared podView of b's.
+func (b *podBuffers) newView() *podView {
+	if b.usedViews == len(b.views) {
+		b.views = append(b.views, new(podView))
+	}
+	v := b.views[b.usedViews]
+	b.usedViews++
+	*v = podView{key: v.key[:0]}
+	return v
 }
 
 var podBuffersPool = sync.Pool{New: func() any { return new(podBuffers) }}
@@ -92,5 +110,11 @@ func (b *podBuffers) release() {
 	clear(b.keyCache)
 	clear(b.key[:cap(b.key)])
 	b.steps, b.podOnly, b.fetched, b.keyCache, b.key = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.keyCache[:0], b.key[:0]
+	clear(b.viewsBySig)
+	for _, v := range b.views[:b.usedViews] {
+		clear(v.key[:cap(v.key)])
+		*v = podView{key: v.key[:0]}
+	}
+	b.usedViews = 0
 	podBuffersPool.Put(b)
 }

@@ -43,17 +43,25 @@ type bodyBudget struct {
 	mu       sync.Mutex
 	capacity int64
 	used     int64
-	// changed is closed and replaced whenever bytes are released.
+	// changed, made by the first request that waits, is closed when
+	// bytes are released (and a later waiter makes another): a budget
+	// nobody waits on costs no channel per request.
 	changed chan struct{}
 }
 
 func newBodyBudget(capacity int64) *bodyBudget {
-	return &bodyBudget{capacity: capacity, changed: make(chan struct{})}
+	return &bodyBudget{capacity: capacity}
 }
 
-// acquire reserves n bytes (at most the capacity), waiting until ctx ends.
-func (b *bodyBudget) acquire(ctx context.Context, n int64) (int64, bool) {
+// acquire reserves n bytes (at most the capacity), waiting at most wait
+// and until ctx ends. A budget with room answers at once, without a timer.
+func (b *bodyBudget) acquire(ctx context.Context, wait time.Duration, n int64) (int64, bool) {
 	n = min(n, b.capacity)
+	if b.tryAcquire(n) {
+		return n, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	for {
 		b.mu.Lock()
 		if b.used+n <= b.capacity {
@@ -61,21 +69,36 @@ func (b *bodyBudget) acquire(ctx context.Context, n int64) (int64, bool) {
 			b.mu.Unlock()
 			return n, true
 		}
-		wait := b.changed
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		changed := b.changed
 		b.mu.Unlock()
 		select {
-		case <-wait:
+		case <-changed:
 		case <-ctx.Done():
 			return 0, false
 		}
 	}
 }
 
+func (b *bodyBudget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.capacity {
+		return false
+	}
+	b.used += n
+	return true
+}
+
 func (b *bodyBudget) release(n int64) {
 	b.mu.Lock()
 	b.used -= n
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	b.mu.Unlock()
 }
 
@@ -97,9 +120,7 @@ func (s *Server) limitBodies(next http.Handler) http.Handler {
 		if want < 0 || want > s.maxBodyBytes {
 			want = s.maxBodyBytes // unknown length, or refused later as too large
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.bodyWait)
-		got, ok := s.bodies.acquire(ctx, want)
-		cancel()
+		got, ok := s.bodies.acquire(r.Context(), s.bodyWait, want)
 		if !ok {
 			s.metrics.bodyRefusals.Inc()
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.bodyWait/time.Second))))

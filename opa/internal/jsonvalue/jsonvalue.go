@@ -15,6 +15,8 @@ package jsonvalue
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -30,6 +32,17 @@ func Parse(b []byte) (ast.Value, error) {
 
 // parse reads p's document: one JSON value, with only whitespace around.
 func parse(p parser) (ast.Value, error) {
+	sc := scratchPool.Get().(*scratch)
+	p.items, p.elems = sc.items[:0], sc.elems[:0]
+	defer func() {
+		if cap(p.items) <= maxScratch && cap(p.elems) <= maxScratch {
+			// No term of this document stays reachable from the pool.
+			clear(p.items[:cap(p.items)])
+			clear(p.elems[:cap(p.elems)])
+			sc.items, sc.elems = p.items[:0], p.elems[:0]
+			scratchPool.Put(sc)
+		}
+	}()
 	p.skipSpace()
 	t, err := p.value(0)
 	if err != nil {
@@ -42,12 +55,29 @@ func parse(p parser) (ast.Value, error) {
 	return t.Value, nil
 }
 
+// scratch is a parser's members buffers, kept between documents.
+type scratch struct {
+	items [][2]*ast.Term
+	elems []*ast.Term
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxScratch bounds the buffers kept: a document with a huge object or
+// array does not pin its buffer for every document after it.
+const maxScratch = 1 << 12
+
 type parser struct {
 	b []byte
 	i int
 	// shared and ends: see Shared.Parse.
 	shared *Shared
 	ends   []int32
+	// items and elems hold the members of the objects and arrays being
+	// read, innermost last: one buffer for the whole document instead of
+	// a slice grown for each object.
+	items [][2]*ast.Term
+	elems []*ast.Term
 }
 
 // SyntaxError is malformed JSON, with the byte offset where it was found.
@@ -112,7 +142,8 @@ func (p *parser) object(depth int) (*ast.Term, error) {
 		return nil, p.errorf("exceeded max depth %d", MaxDepth)
 	}
 	p.i++ // {
-	var items [][2]*ast.Term
+	base := len(p.items)
+	defer func() { p.items = p.items[:base] }()
 	p.skipSpace()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
@@ -137,7 +168,7 @@ func (p *parser) object(depth int) (*ast.Term, error) {
 		if err != nil {
 			return nil, err
 		}
-		items = append(items, [2]*ast.Term{k, v})
+		p.items = append(p.items, [2]*ast.Term{k, v})
 		p.skipSpace()
 		if p.i >= len(p.b) {
 			return nil, p.errorf("unexpected end of JSON input")
@@ -147,7 +178,7 @@ func (p *parser) object(depth int) (*ast.Term, error) {
 			p.i++
 		case '}':
 			p.i++
-			return ast.NewTerm(newObject(items)), nil
+			return ast.NewTerm(newObject(p.items[base:])), nil
 		default:
 			return nil, p.errorf("after object value: want ',' or '}'")
 		}
@@ -174,14 +205,15 @@ func (p *parser) array(depth int) (*ast.Term, error) {
 		p.i++
 		return ast.ArrayTerm(), nil
 	}
-	var elems []*ast.Term
+	base := len(p.elems)
+	defer func() { p.elems = p.elems[:base] }()
 	for {
 		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
 			return nil, err
 		}
-		elems = append(elems, v)
+		p.elems = append(p.elems, v)
 		p.skipSpace()
 		if p.i >= len(p.b) {
 			return nil, p.errorf("unexpected end of JSON input")
@@ -191,7 +223,8 @@ func (p *parser) array(depth int) (*ast.Term, error) {
 			p.i++
 		case ']':
 			p.i++
-			return ast.NewTerm(ast.NewArray(elems...)), nil
+			// The array keeps its slice: one of its own, of its length.
+			return ast.NewTerm(ast.NewArray(slices.Clone(p.elems[base:])...)), nil
 		default:
 			return nil, p.errorf("after array element: want ',' or ']'")
 		}
