@@ -23,7 +23,12 @@ import (
 // engine's helper memo under what the function reads of the value (the
 // container's image), so a pod whose values the helper memo has seen
 // costs a lookup, and one it has not costs one small evaluation rather
-// than the template's.
+// than the template's. The answers are kept per helper identity
+// (helperIdentity: the code the function runs, its template's namespace
+// left out, its constant arguments, its reads and the values of the
+// parameters it reads), not per constraint: each PSP template of the
+// library ships its own copy of is_exempt, and a new image costs one
+// evaluation for all the constraints that exempt the same images.
 //
 // A helper whose evaluation fails (a conflict between its definitions, a
 // builtin error, the request's deadline) keys the verdict on what it

@@ -71,6 +71,11 @@
 //     on a list's element whose reads other key paths hold raw (allowed
 //     repositories compare the image themselves) is left out, its answer
 //     decided by them (dropDeterminedHelpers);
+//   - a Helper's answer depends, besides its value, on the code its
+//     function runs and the constraint's parameters it reads:
+//     HelperDependencies (identity.go) names both, the template's
+//     namespace left out, so that templates shipping the same lib (the
+//     library's is_exempt) share the answers where their parameters agree;
 //   - a key that is an element of a constant list (`ctr[probe]`, probe from
 //     a parameter list) reads each of the list's values, not the whole of
 //     ctr (fanOut);
