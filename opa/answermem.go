@@ -28,13 +28,16 @@ type answerMemory struct {
 	// columns holds the answer's columns: an answer's p.columns is this
 	// slice (or what appending to it made, which is kept instead).
 	columns *[]column
-	at      *[]int32
-	source  *Placement // the answer this one was cut from (restrict)
+	// common is the same for the answer's Common.
+	common *[]Violation
+	at     *[]int32
+	source *Placement // the answer this one was cut from (restrict)
 }
 
 var (
 	verdictPool = sync.Pool{New: func() any { return new([]NodeVerdict) }}
 	columnPool  = sync.Pool{New: func() any { return new([]column) }}
+	commonPool  = sync.Pool{New: func() any { return new([]Violation) }}
 	cellPool    = sync.Pool{New: func() any { return new([]cell) }}
 	atPool      = sync.Pool{New: func() any { return new([]int32) }}
 )
@@ -78,6 +81,20 @@ func (p *Placement) newColumns(n int) []column {
 		*c = make([]column, 0, n)
 	}
 	p.mem.columns = c
+	return (*c)[:0]
+}
+
+// newCommon gives p an empty Common of capacity n, from the pool when p's
+// memory is counted.
+func (p *Placement) newCommon(n int) []Violation {
+	if p.mem == nil {
+		return make([]Violation, 0, n)
+	}
+	c := commonPool.Get().(*[]Violation)
+	if cap(*c) < n {
+		*c = make([]Violation, 0, n)
+	}
+	p.mem.common = c
 	return (*c)[:0]
 }
 
@@ -146,10 +163,19 @@ func (p *Placement) Release() {
 		*m.columns = cols[:0]
 		columnPool.Put(m.columns)
 	}
-	m.nodes, m.cells, m.at, m.columns = nil, nil, nil, nil
+	if m.common != nil {
+		if cap(p.Common) > cap(*m.common) {
+			*m.common = p.Common
+		}
+		common := (*m.common)[:cap(*m.common)]
+		clear(common) // messages, details
+		*m.common = common[:0]
+		commonPool.Put(m.common)
+	}
+	m.nodes, m.cells, m.at, m.columns, m.common = nil, nil, nil, nil, nil
 	// A reader that breaks the contract finds nothing rather than another
 	// answer's verdicts (and the race detector sees it).
-	p.Nodes, p.columns, p.at = nil, nil, nil
+	p.Nodes, p.columns, p.at, p.Common = nil, nil, nil, nil
 	if m.source != nil {
 		m.source.Release()
 	}

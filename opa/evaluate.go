@@ -710,7 +710,7 @@ const maxCommonHint = 256
 // node once, for every known node.
 func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []result, hit bool, d ...time.Duration) {
 	if p.Common == nil && len(res) > 0 {
-		p.Common = make([]Violation, 0, max(len(res), int(r.e.commonHint.Load())))
+		p.Common = p.newCommon(max(len(res), int(r.e.commonHint.Load())))
 	}
 	for _, x := range res {
 		p.Common = append(p.Common, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
