@@ -513,3 +513,28 @@ func TestGuardedTemplateNotEvaluated(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceLabelsFollowTheInventory: a constraint's namespaceSelector
+// reads the namespace's labels as the inventory holds them now, also
+// after they change under requests that matched before (the engine keeps
+// the labels of the namespace objects it has read).
+func TestNamespaceLabelsFollowTheInventory(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	c := constraintObj(t, "K8sNodeLabel", "tenant-x-needs-ssd", map[string]any{"key": "disk", "value": "ssd"})
+	c.Object["spec"].(map[string]any)["match"].(map[string]any)["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"tenant": "x"}}
+	apply(t, e, regoTemplate(t, "K8sNodeLabel", nodeLabelRego), c, node("n1", nil), namespace("a", map[string]string{"tenant": "x"}))
+	cands := []opa.Candidate{{Name: "n1"}}
+	for i, tenant := range []string{"x", "y", "x", "", "x"} {
+		if i > 0 {
+			labels := map[string]string{"tenant": tenant}
+			if tenant == "" {
+				labels = nil
+			}
+			apply(t, e, namespace("a", labels))
+		}
+		v := verdicts(t, e, pod("a", fmt.Sprintf("p-%d", i)), cands)
+		if matched := strings.Contains(v[0], "tenant-x-needs-ssd"); matched != (tenant == "x") {
+			t.Errorf("step %d, namespace labelled tenant=%q: matched %v (%v)", i, tenant, matched, v)
+		}
+	}
+}

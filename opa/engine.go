@@ -88,7 +88,9 @@ type Engine struct {
 	recent recent
 	// keyPaths numbers the input paths of memo keys (request.keyCache).
 	keyPaths pathIndex
-	owners   atomic.Uint64
+	// namespaces are the namespaces' labels as matching reads them.
+	namespaces namespaceCache
+	owners     atomic.Uint64
 
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex

@@ -37,10 +37,45 @@ func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod
 	nsTerm := ast.ObjectTerm()
 	if nsValue != nil && in.namespace != "" {
 		nsTerm = ast.NewTerm(nsValue)
-		in.ns = &namespaceInfo{name: in.namespace, labels: valueLabels(nsValue)}
+		in.ns = e.namespaces.of(in.namespace, nsValue)
 	}
 	in.review = podReview(pod.value, in.name, in.namespace, e.userInfo, nsTerm)
 	return in
+}
+
+// namespaceCache holds the matching view (namespaceInfo) of the
+// namespace objects in the store, by the value the store holds: a value
+// is immutable while the store holds it, and a replaced one is a new
+// value, so an entry never goes stale; the table starts over past
+// maxCachedNamespaces, so replaced values are not kept for long. Every
+// request for a pod reads its namespace, and its labels map was made
+// anew each time.
+type namespaceCache struct {
+	mu      sync.Mutex
+	byValue map[ast.Value]*namespaceInfo
+}
+
+const maxCachedNamespaces = 4096
+
+// of is the namespaceInfo of the namespace named name whose object is v
+// (read-only: it is shared by the requests).
+func (c *namespaceCache) of(name string, v ast.Value) *namespaceInfo {
+	if _, ok := v.(ast.Object); !ok {
+		// Not a namespace object (keyed only by objects, which are
+		// pointers): matching reads no labels of it.
+		return &namespaceInfo{name: name, labels: valueLabels(v)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns := c.byValue[v]; ns != nil && ns.name == name {
+		return ns
+	}
+	if c.byValue == nil || len(c.byValue) >= maxCachedNamespaces {
+		c.byValue = map[ast.Value]*namespaceInfo{}
+	}
+	ns := &namespaceInfo{name: name, labels: valueLabels(v)}
+	c.byValue[v] = ns
+	return ns
 }
 
 // ReviewInput is input.review as every template sees it when the pod is
@@ -666,8 +701,9 @@ func (r *request) memoOK(bc *boundConstraint) bool {
 // Kubernetes requires distinct container names across a pod's lists, so
 // for real pods this holds and costs a few comparisons.
 func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
+	var small [maxPairwiseDistinct]*ast.Term
 	for _, paths := range groups {
-		var keys []*ast.Term
+		keys := small[:0]
 		for _, p := range paths {
 			j := analysis.EachAt(p)
 			if j < 0 {
@@ -693,6 +729,18 @@ func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
 // distinct reports whether no two of keys are equal as Rego compares
 // object keys (1 and 1.0 are one key: an AST set's membership, not text).
 func distinct(keys []*ast.Term) bool {
+	if len(keys) <= maxPairwiseDistinct {
+		// A pod's containers are a few: comparing each pair (Equal, as a
+		// set's membership does after its hash) makes no set.
+		for i, k := range keys {
+			for _, other := range keys[:i] {
+				if k.Equal(other) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	seen := ast.NewSet()
 	for _, k := range keys {
 		if seen.Contains(k) {
@@ -702,6 +750,9 @@ func distinct(keys []*ast.Term) bool {
 	}
 	return true
 }
+
+// maxPairwiseDistinct is the most keys distinct compares pair by pair.
+const maxPairwiseDistinct = 16
 
 // maxCommonHint bounds Engine.commonHint and columnsHint.
 const maxCommonHint = 256

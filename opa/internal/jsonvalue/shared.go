@@ -24,9 +24,15 @@ import (
 // collide with another on purpose; the table is bounded in entries and
 // bytes, and starts over past either bound.
 type Shared struct {
-	mu     sync.RWMutex
-	seeds  [2]maphash.Seed
-	seen   map[digest]struct{} // spans read once
+	mu    sync.RWMutex
+	seeds [2]maphash.Seed
+	// seen notes the spans read once, one per slot of a table whose
+	// slot is the digest's low bits: a fixed table, where a map grew and
+	// started over with every replica's own spans (its name, its uid, the
+	// containers that mount its token volume), and was a tenth of what a
+	// replica's decoding allocated. Two spans in one slot only lose a
+	// chance to be shared.
+	seen   []digest
 	terms  map[digest]*ast.Term
 	bytes  int // JSON bytes of the spans in terms
 	limits SharedLimits
@@ -34,7 +40,8 @@ type Shared struct {
 
 // SharedLimits bound a Shared table.
 type SharedLimits struct {
-	// Entries bounds the spans kept (and, four times over, those seen once).
+	// Entries bounds the spans kept (and, four times over, rounded up to
+	// a power of two, the slots that note those seen once).
 	Entries int
 	// Bytes bounds the JSON bytes of the spans kept.
 	Bytes int
@@ -57,7 +64,7 @@ func NewShared(limits SharedLimits) *Shared {
 		limits.MinSpan = 32
 	}
 	return &Shared{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		seen: map[digest]struct{}{}, terms: map[digest]*ast.Term{}, limits: limits}
+		seen: make([]digest, seenSlots(limits.Entries)), terms: map[digest]*ast.Term{}, limits: limits}
 }
 
 // Parse is Parse, with the values of s for the spans s holds.
@@ -156,11 +163,9 @@ func (s *Shared) get(d digest) *ast.Term {
 func (s *Shared) offer(d digest, t *ast.Term, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, twice := s.seen[d]; !twice {
-		if len(s.seen) >= 4*s.limits.Entries {
-			s.seen = map[digest]struct{}{}
-		}
-		s.seen[d] = struct{}{}
+	slot := &s.seen[d[0]&uint64(len(s.seen)-1)]
+	if *slot != d {
+		*slot = d
 		return
 	}
 	if len(s.terms) >= s.limits.Entries || s.bytes+size > s.limits.Bytes {
@@ -170,6 +175,16 @@ func (s *Shared) offer(d digest, t *ast.Term, size int) {
 		s.terms[d] = t
 		s.bytes += size
 	}
+}
+
+// seenSlots is the size of the seen table for a table of entries: four
+// slots an entry, a power of two.
+func seenSlots(entries int) int {
+	n := 1
+	for n < 4*entries {
+		n <<= 1
+	}
+	return n
 }
 
 // Len is the number of spans s keeps.
