@@ -121,8 +121,10 @@ type Engine struct {
 	// at once instead of grown by appending, a dozen warnings per pod with
 	// the whole library.
 	commonHint atomic.Int32
-	// columnsHint is the same for Placement.columns.
+	// columnsHint is the same for Placement.columns, and bindHint for
+	// the bindings of a request's pod views (request.keepBindings).
 	columnsHint atomic.Int32
+	bindHint    atomic.Int32
 }
 
 type templateState struct {

@@ -430,6 +430,8 @@ type request struct {
 	// plain is the pod's review as it is; the reviews with placeholders
 	// are in the request's buffers (podBuffers.viewsBySig).
 	plain *podView
+	// bindArena holds the views' bindings (keepBindings).
+	bindArena bindings
 	// scratch holds the per-candidate buffers below (scratch.go); classAux
 	// is the node classes' printed values of the constraint being judged.
 	scratch    *scratch

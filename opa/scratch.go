@@ -78,6 +78,9 @@ type podBuffers struct {
 	viewsBySig map[string]*podView
 	views      []*podView
 	usedViews  int
+	// bindScratch collects a view's bindings before they are kept
+	// (request.keepBindings).
+	bindScratch bindings
 }
 
 // newView is a cleared podView of b's.
@@ -116,5 +119,6 @@ func (b *podBuffers) release() {
 		*v = podView{key: v.key[:0]}
 	}
 	b.usedViews = 0
+	clear(b.bindScratch[:cap(b.bindScratch)])
 	podBuffersPool.Put(b)
 }
