@@ -76,26 +76,44 @@ func (p *Placement) newColumns(n int) []column {
 	if p.mem == nil {
 		return make([]column, 0, n)
 	}
-	c := columnPool.Get().(*[]column)
-	if cap(*c) < n {
-		*c = make([]column, 0, n)
-	}
-	p.mem.columns = c
-	return (*c)[:0]
+	return takeList(&columnPool, &p.mem.columns, n)
 }
 
-// newCommon gives p an empty Common of capacity n, from the pool when p's
-// memory is counted.
+// newCommon is the same for p's Common.
 func (p *Placement) newCommon(n int) []Violation {
 	if p.mem == nil {
 		return make([]Violation, 0, n)
 	}
-	c := commonPool.Get().(*[]Violation)
+	return takeList(&commonPool, &p.mem.common, n)
+}
+
+// takeList takes from pool an empty list of capacity at least n, and
+// notes it in *slot for giveList.
+func takeList[T any](pool *sync.Pool, slot **[]T, n int) []T {
+	c := pool.Get().(*[]T)
 	if cap(*c) < n {
-		*c = make([]Violation, 0, n)
+		*c = make([]T, 0, n)
 	}
-	p.mem.common = c
+	*slot = c
 	return (*c)[:0]
+}
+
+// giveList clears the list noted in *slot, or grown, the answer's cur
+// (appending past the pooled capacity made a new one: the larger is
+// kept), and gives it back to pool.
+func giveList[T any](pool *sync.Pool, slot **[]T, cur []T) {
+	c := *slot
+	if c == nil {
+		return
+	}
+	if cap(cur) > cap(*c) {
+		*c = cur
+	}
+	all := (*c)[:cap(*c)]
+	clear(all) // cells, messages, details: the pool must not keep them alive
+	*c = all[:0]
+	pool.Put(c)
+	*slot = nil
 }
 
 // newAt gives p (an answer being cut from source, which must hold a
@@ -154,25 +172,9 @@ func (p *Placement) Release() {
 	if m.at != nil {
 		atPool.Put(m.at)
 	}
-	if m.columns != nil {
-		if cap(p.columns) > cap(*m.columns) {
-			*m.columns = p.columns // grown past the pooled slice: keep the larger
-		}
-		cols := (*m.columns)[:cap(*m.columns)]
-		clear(cols) // cells and printed values
-		*m.columns = cols[:0]
-		columnPool.Put(m.columns)
-	}
-	if m.common != nil {
-		if cap(p.Common) > cap(*m.common) {
-			*m.common = p.Common
-		}
-		common := (*m.common)[:cap(*m.common)]
-		clear(common) // messages, details
-		*m.common = common[:0]
-		commonPool.Put(m.common)
-	}
-	m.nodes, m.cells, m.at, m.columns, m.common = nil, nil, nil, nil, nil
+	giveList(&columnPool, &m.columns, p.columns)
+	giveList(&commonPool, &m.common, p.Common)
+	m.nodes, m.cells, m.at = nil, nil, nil
 	// A reader that breaks the contract finds nothing rather than another
 	// answer's verdicts (and the race detector sees it).
 	p.Nodes, p.columns, p.at, p.Common = nil, nil, nil, nil
