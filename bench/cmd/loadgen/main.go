@@ -79,31 +79,31 @@ type flags struct {
 func parseFlags() (*flags, error) {
 	f := &flags{}
 	d := perf.DefaultDirs(".")
-	var nodes, fullNodes, peerNodes, verbs, nodeSize, footprintSets string
+	var raw rawFlags
 	// Its own flag set: the framework's dependencies register glog flags
 	// on the default one.
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per scenario")
 	fs.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "unmeasured time before each scenario (fills the memo, as a running service's is)")
-	fs.StringVar(&nodes, "nodes", "100,500,5000", "candidate node counts of the names-only (nodeCacheCapable) scenarios; the inventory holds the largest of all node counts")
-	fs.StringVar(&fullNodes, "full-nodes", "100,500", "candidate node counts of the scenarios that send full Node objects (empty: none)")
-	fs.StringVar(&verbs, "verbs", "filter,prioritize", "extender verbs to replay: filter, prioritize, and cycle (filter then prioritize for the same pod, timed together: what kube-scheduler asks per pod; prioritize here gets the same candidates, the scheduler sends it those that passed)")
+	fs.StringVar(&raw.nodes, "nodes", "100,500,5000", "candidate node counts of the names-only (nodeCacheCapable) scenarios; the inventory holds the largest of all node counts")
+	fs.StringVar(&raw.fullNodes, "full-nodes", "100,500", "candidate node counts of the scenarios that send full Node objects (empty: none)")
+	fs.StringVar(&raw.verbs, "verbs", "filter,prioritize", "extender verbs to replay: filter, prioritize, and cycle (filter then prioritize for the same pod, timed together: what kube-scheduler asks per pod; prioritize here gets the same candidates, the scheduler sends it those that passed)")
 	fs.IntVar(&f.concurrency, "concurrency", 1, "requests in flight (the scheduler sends one at a time)")
 	fs.IntVar(&f.inventory, "inventory", 0, "nodes in the engine's inventory (0: the largest node count of -nodes, -full-nodes and -peer-nodes)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.policySet, "policy-set", perf.SetMix, `policies: "mix" (16 library Pod templates + the 4 placement examples, 20 constraints), "all" (49 library templates + 4 examples, one sample constraint each) or "realistic" (every library template with one sample constraint, all warn here, + the 5 placement templates of testdata/realistic, 3 of them deny)`)
-	fs.StringVar(&nodeSize, "node-size", "", `Node objects: "small" (3.6 KB of JSON each) or "kubelet" (what a kubelet reports, 30 to 50 images, about 10 KB); empty: "kubelet" for -policy-set realistic, else "small"`)
+	fs.StringVar(&raw.nodeSize, "node-size", "", `Node objects: "small" (3.6 KB of JSON each) or "kubelet" (what a kubelet reports, 30 to 50 images, about 10 KB); empty: "kubelet" for -policy-set realistic, else "small"`)
 	fs.StringVar(&f.library, "library", d.Library, "gatekeeper-library's library/ folder")
 	fs.StringVar(&f.examples, "examples", d.Examples, "the repository's deploy/examples folder")
 	fs.StringVar(&f.realistic, "realistic", d.Realistic, "the realistic set's placement templates (bench/testdata/realistic)")
 	fs.Float64Var(&f.oneOffShare, "one-off", 0.05, "share of one-off pods (new images and labels, never in the memo) in the pod stream")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the pod stream")
 	fs.BoolVar(&f.peer, "peer", true, "also time the same work through Gatekeeper's constraint framework")
-	fs.StringVar(&peerNodes, "peer-nodes", "100,500", "candidate node counts of the framework comparison")
+	fs.StringVar(&raw.peerNodes, "peer-nodes", "100,500", "candidate node counts of the framework comparison")
 	fs.IntVar(&f.peerPods, "peer-pods", 3, "pods reviewed by the framework per node count (the last one is a one-off pod)")
 	fs.BoolVar(&f.peerAll, "peer-all", true, "the framework reviews every constraint, as the engine does (false: only the deny ones, whose verdicts are compared)")
 	fs.BoolVar(&f.footprint, "footprint", true, `also measure the memory of separate processes that link only the engine and the server (bench/cmd/footprint, built with go build; run loadgen from bench/), with the largest -nodes count: see -footprint-sets`)
-	fs.StringVar(&footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
+	fs.StringVar(&raw.footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
 	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
@@ -116,35 +116,48 @@ func parseFlags() (*flags, error) {
 		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
 		f.evalParallelismSet = f.evalParallelismSet || fl.Name == "eval-parallelism"
 	})
-	if f.evalParallelism < 0 {
-		return nil, fmt.Errorf("-eval-parallelism %d: want 0 or more", f.evalParallelism)
-	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if err := f.parseLists(raw); err != nil {
+		return nil, err
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// rawFlags are the flags given as text, which parseLists reads.
+type rawFlags struct {
+	nodes, fullNodes, peerNodes, verbs, nodeSize, footprintSets string
+}
+
+// parseLists reads the flags given as lists and names into f.
+func (f *flags) parseLists(raw rawFlags) error {
 	var err error
-	if f.nodes, err = parseInts(nodes); err != nil {
-		return nil, fmt.Errorf("-nodes: %w", err)
+	if f.nodes, err = parseInts(raw.nodes); err != nil {
+		return fmt.Errorf("-nodes: %w", err)
 	}
-	if f.fullNodes, err = parseInts(fullNodes); err != nil {
-		return nil, fmt.Errorf("-full-nodes: %w", err)
+	if f.fullNodes, err = parseInts(raw.fullNodes); err != nil {
+		return fmt.Errorf("-full-nodes: %w", err)
 	}
-	if f.peerNodes, err = parseInts(peerNodes); err != nil {
-		return nil, fmt.Errorf("-peer-nodes: %w", err)
+	if f.peerNodes, err = parseInts(raw.peerNodes); err != nil {
+		return fmt.Errorf("-peer-nodes: %w", err)
 	}
 	known := func(set string) bool { return slices.Contains(perf.PolicySets, set) }
 	if !known(f.policySet) {
-		return nil, fmt.Errorf("-policy-set: unknown set %q (want one of %v)", f.policySet, perf.PolicySets)
+		return fmt.Errorf("-policy-set: unknown set %q (want one of %v)", f.policySet, perf.PolicySets)
 	}
-	if f.nodeSize, err = perf.ParseNodeSize(nodeSize, perf.DefaultNodeSize(f.policySet)); err != nil {
-		return nil, fmt.Errorf("-node-size: %w", err)
+	if f.nodeSize, err = perf.ParseNodeSize(raw.nodeSize, perf.DefaultNodeSize(f.policySet)); err != nil {
+		return fmt.Errorf("-node-size: %w", err)
 	}
-	for _, set := range strings.Split(footprintSets, ",") {
+	for _, set := range strings.Split(raw.footprintSets, ",") {
 		if set = strings.TrimSpace(set); set == "" {
 			continue
 		}
 		if !known(set) {
-			return nil, fmt.Errorf("-footprint-sets: unknown set %q (want some of %v)", set, perf.PolicySets)
+			return fmt.Errorf("-footprint-sets: unknown set %q (want some of %v)", set, perf.PolicySets)
 		}
 		f.footprintSets = append(f.footprintSets, set)
 	}
@@ -155,32 +168,40 @@ func parseFlags() (*flags, error) {
 			f.footprintSets = []string{f.policySet}
 		}
 	}
-	for _, v := range strings.Split(verbs, ",") {
+	for _, v := range strings.Split(raw.verbs, ",") {
 		v = strings.TrimSpace(v)
 		if v != "filter" && v != "prioritize" && v != "cycle" {
-			return nil, fmt.Errorf("-verbs: unknown verb %q", v)
+			return fmt.Errorf("-verbs: unknown verb %q", v)
 		}
 		f.verbs = append(f.verbs, v)
 	}
+	return nil
+}
+
+// check refuses values and combinations of flags that make no run.
+func (f *flags) check() error {
+	if f.evalParallelism < 0 {
+		return fmt.Errorf("-eval-parallelism %d: want 0 or more", f.evalParallelism)
+	}
 	if f.concurrency < 1 {
-		return nil, errors.New("-concurrency must be at least 1")
+		return errors.New("-concurrency must be at least 1")
 	}
 	if f.duration <= 0 {
-		return nil, errors.New("-duration must be positive")
+		return errors.New("-duration must be positive")
 	}
 	if f.oneOffShare < 0 || f.oneOffShare > 1 {
-		return nil, errors.New("-one-off must be within 0..1")
+		return errors.New("-one-off must be within 0..1")
 	}
 	if f.peer && f.peerPods < 1 {
-		return nil, errors.New("-peer-pods must be at least 1 (or -peer=false)")
+		return errors.New("-peer-pods must be at least 1 (or -peer=false)")
 	}
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
-		return nil, errors.New("no scenario: -nodes and -full-nodes are both empty")
+		return errors.New("no scenario: -nodes and -full-nodes are both empty")
 	}
 	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
-		return nil, errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
+		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
 	}
-	return f, nil
+	return nil
 }
 
 func parseInts(s string) ([]int, error) {
