@@ -232,7 +232,7 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 	}
 	for _, m := range bc.analysis.Messages {
 		idx, text := e.ph.of(m.Root, m.Path)
-		slot := msgSlot{path: m.Path, quote: m.Quote, index: idx, text: text}
+		slot := msgSlot{path: m.Path, quote: m.Quote, index: idx, text: text, absent: m.Absent}
 		if m.Root == analysis.Node {
 			bc.nodeMsgs = append(bc.nodeMsgs, slot)
 		} else {

@@ -97,6 +97,46 @@ type msgSlot struct {
 	text  string
 	// plan reads path in the pod's review (nil for the node's paths).
 	plan *inputPlan
+	// absent are the objects (paths below input) the template looks up by
+	// keys built from the value (analysis.MessagePath.Absent).
+	absent [][]*ast.Term
+}
+
+// absentFrom reports whether s, a value about to get a placeholder, is in
+// no key of the objects at m.absent in the pod's review, and no
+// placeholder is either: a lookup there by a key built from it then
+// misses with the real value and with the placeholder alike
+// (opa/internal/analysis/lookupkey.go). The empty string is in every key.
+func (r *request) absentFrom(m *msgSlot, s string) bool {
+	if len(m.absent) == 0 {
+		return true
+	}
+	if s == "" {
+		return false
+	}
+	for _, p := range m.absent {
+		if len(p) == 0 || !p[0].Equal(termReview) {
+			return false // the analysis gives objects of the review only
+		}
+		t := lookupInput(r.podReview, p)
+		if t == nil {
+			continue // nothing to find: the lookup misses either way
+		}
+		obj, ok := t.Value.(ast.Object)
+		if !ok {
+			continue
+		}
+		clean := true
+		obj.Foreach(func(k, _ *ast.Term) {
+			if ks, isStr := k.Value.(ast.String); isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.ph.prefix)) {
+				clean = false
+			}
+		})
+		if !clean {
+			return false
+		}
+	}
+	return true
 }
 
 // substitutable reports whether a real value can stand where the

@@ -155,7 +155,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			r.walkEach(v, m, edits)
 			continue
 		}
-		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) {
+		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) && r.absentFrom(&m, s) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.path[1:], text: m.text})
@@ -178,6 +178,10 @@ func podViewSig(msgs []msgSlot) string {
 		sig.WriteString(strconv.Itoa(m.index))
 		if m.quote {
 			sig.WriteByte('q')
+		}
+		for _, p := range m.absent {
+			// Placeholders depend on these objects' keys too.
+			sig.WriteString("!" + analysis.PathString(p))
 		}
 		sig.WriteByte(',')
 	}
@@ -251,7 +255,7 @@ func (r *request) walkEach(v *podView, m msgSlot, edits *[]reviewEdit) {
 	placed := false
 	for i := range entries {
 		s, ok := substitutableAt(arr.Elem(i).Value, rest, m.quote)
-		if !ok {
+		if !ok || !r.absentFrom(&m, s) {
 			entries[i] = lookup(arr.Elem(i).Value, rest)
 			continue
 		}

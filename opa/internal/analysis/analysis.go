@@ -140,8 +140,11 @@ type analyzer struct {
 	// the reference): a function that makes one is no Helper.
 	opaque int
 	// current is the rule whose body is being analysed (for comprehensions:
-	// which variables are bound outside them).
+	// which variables are bound outside them), sc its scope.
 	current *ast.Rule
+	sc      *scope
+	// keyed are the printed strings used as lookup keys (lookupkey.go).
+	keyed []keyedLookup
 }
 
 const maxCallDepth = 8
@@ -291,9 +294,9 @@ func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) []source
 
 func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
 	z.active[r]++
-	outer := z.current
+	outer, outerScope := z.current, z.sc
 	z.current = r
-	defer func() { z.active[r]--; z.current = outer }()
+	defer func() { z.active[r]--; z.current, z.sc = outer, outerScope }()
 	seen := map[ast.Var]bool{}
 	for v := range env {
 		seen[v] = true
@@ -302,6 +305,7 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
 	}
 	sc := newScope(r, r.Path().Equal(z.violation))
+	z.sc = sc
 	var relay *relaySite
 	if z.site != nil && z.site.rule == r {
 		relay = z.site.site
@@ -526,10 +530,11 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 	rest = z.substituteConsts(rest, env)
 	for i, k := range rest {
 		if !k.IsGround() {
-			if o, ok := z.each(base, rest, i, env, depth); ok {
+			keyed := z.lookupKey(base.extend(rest[:i]...), k)
+			if o, ok := z.each(base, rest, i, env, depth); ok && !keyed {
 				return o
 			}
-			if o, ok := z.fanOut(base, rest, i, env, depth); ok {
+			if o, ok := z.fanOut(base, rest, i, env, depth); ok && !keyed {
 				return o
 			}
 			for _, kk := range rest[i:] {
@@ -662,6 +667,7 @@ func (z *analyzer) keysTest(t *ast.Term, env map[ast.Var]origin, depth int) bool
 		z.reads, z.why = z.reads[:reads], z.why[:why]
 		return false
 	}
+	z.lookupKey(o, ref[len(ref)-1]) // a printed key: the keys read here decide the test
 	z.walk(ref[len(ref)-1], env, depth)
 	z.read(origin{root: Input, path: append(append([]*ast.Term(nil), o.path...), Keys), exact: true, viaArg: o.viaArg})
 	return true

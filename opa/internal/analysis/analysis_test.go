@@ -213,6 +213,50 @@ func TestAnalyze(t *testing.T) {
 			reads:  []string{`input.review.object.spec.hostPID`},
 			class:  PerPodClass,
 		},
+		// A printed value as part of a lookup key into an input object
+		// (AppArmor's container annotations, lookupkey.go): the object is
+		// read whole, the value stays a message with an Absent condition.
+		{
+			name: "lookup key built from a printed value: bound, negated, in a function",
+			rego: `violation contains {"msg": msg} if {
+c := input.review.object.spec.containers[_]
+not allowed(input.review.object, c)
+msg := sprintf("container %v", [c.name])
+}
+allowed(pod, c) if profile(pod, c) == "ok"
+profile(pod, c) := out if {
+out := pod.metadata.annotations[sprintf("apparmor/%v", [c.name])]
+}
+profile(pod, c) := "default" if {
+not pod.metadata.annotations[sprintf("apparmor/%v", [c.name])]
+}`,
+			reads: []string{`input.review.object.metadata.annotations`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name (message only, unless a key of input.review.object.metadata.annotations holds it)`},
+			class: PerPodClass,
+		},
+		{
+			name:  "lookup key built from a printed value, also read",
+			rego:  "violation contains {\"msg\": msg} if {\nk := sprintf(\"a/%v\", [input.review.object.metadata.name])\ninput.review.object.metadata.annotations[k]\nstartswith(input.review.object.metadata.name, \"x\")\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.annotations.(keys)`, `input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "lookup key into a node object stays read",
+			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\nk := sprintf(\"a/%v\", [input.review.object.metadata.name])\nnode.metadata.labels[k]\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`node.metadata.labels`, `input.review.object.metadata.name`},
+			class: PerPodNode,
+		},
+		{
+			name:  "lookup key into a local object stays read",
+			rego:  "violation contains {\"msg\": msg} if {\nobj := {\"a/x\": true}\nk := sprintf(\"a/%v\", [input.review.object.metadata.name])\nobj[k]\nmsg := sprintf(\"%v\", [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.name`},
+			class: PerPodEach,
+		},
+		{
+			name:  "lookup key made of a value inside the object stays read",
+			rego:  "violation contains {\"msg\": msg} if {\nk := sprintf(\"a/%v\", [input.review.object.metadata.annotations.owner])\ninput.review.object.metadata.annotations[k]\nmsg := \"x\"\n}",
+			reads: []string{`input.review.object.metadata.annotations.(keys)`, `input.review.object.metadata.annotations.owner`},
+			class: PerPodClass,
+		},
 		{
 			name:  "missing value stays defined: printed but unused",
 			rego:  "violation contains {\"msg\": \"x\"} if {\n_ := sprintf(\"%v\", [input.review.object.metadata.name])\n}",

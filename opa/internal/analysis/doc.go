@@ -85,11 +85,18 @@
 //     once per pattern, with the head's variables bound to its constants,
 //     so that spec[field][_] is one list, element-wise (relay.go).
 //
+//   - a printed value that a lookup key into an input object is built
+//     from by sprintf (AppArmor's
+//     `pod.metadata.annotations[sprintf("...%v", [container.name])]`) stays
+//     a message, with the object read whole and a run-time condition:
+//     no key of the object holds the value (lookupkey.go).
+//
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object that nothing binds
-// (`spec[field][_]` alone) is read whole; a printed value that a key is
-// made of (a container's name in an annotation key: AppArmor, seccomp) is
-// read; a helper that also reads input itself (automount's
+// (`spec[field][_]` alone) is read whole; a printed value in a lookup key
+// built by concat, passed to a function as an argument or also placed in
+// a value the function returns (seccomp's container annotations) is read;
+// a helper that also reads input itself (automount's
 // mountServiceAccountToken(spec), which reads input_containers), or whose
 // value is bound rather than tested, is read as it is.
 package analysis

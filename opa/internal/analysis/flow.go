@@ -397,7 +397,7 @@ func (z *analyzer) result() *Result {
 			a.NodeExists = append(a.NodeExists, p)
 		}
 	}
-	a.Messages, a.NodeNameMessage, a.NodeNameQuote = mergeMessages(msgs)
+	a.Messages, a.NodeNameMessage, a.NodeNameQuote = mergeMessages(msgs, z.absentPaths())
 	for _, r := range input {
 		if related(uniquePodPaths, r.path) && r.where != "" {
 			why = append(why, "input"+PathString(r.path)+" (unique to each pod) is read in "+r.where)
@@ -461,8 +461,9 @@ func readPaths(rs []read) [][]*ast.Term {
 }
 
 // mergeMessages folds the printed values into one entry per path, in a
-// stable order, the node's name apart.
-func mergeMessages(srcs []source) (msgs []MessagePath, nodeName, nodeNameQuote bool) {
+// stable order, the node's name apart; absent gives the objects a path's
+// value must not be a key of (lookupkey.go).
+func mergeMessages(srcs []source, absent map[string][][]*ast.Term) (msgs []MessagePath, nodeName, nodeNameQuote bool) {
 	byKey := map[string]int{}
 	for _, s := range srcs {
 		if s.o.root == Input && len(s.o.path) == len(NodeNamePath) && PrefixRelated(s.o.path, NodeNamePath) {
@@ -476,7 +477,7 @@ func mergeMessages(srcs []source) (msgs []MessagePath, nodeName, nodeNameQuote b
 			continue
 		}
 		byKey[k] = len(msgs)
-		msgs = append(msgs, MessagePath{Root: s.o.root, Path: s.o.path, Quote: s.quote})
+		msgs = append(msgs, MessagePath{Root: s.o.root, Path: s.o.path, Quote: s.quote, Absent: absent[k]})
 	}
 	sort.Slice(msgs, func(i, j int) bool {
 		if msgs[i].Root != msgs[j].Root {

@@ -33,6 +33,11 @@ type MessagePath struct {
 	Path []*ast.Term
 	// Quote: some flow prints it with %q.
 	Quote bool
+	// Absent are objects (paths below input) that the template looks up
+	// by keys built from the value (lookupkey.go): the value gets a
+	// placeholder only when no key of each contains it, nor placeholder
+	// text.
+	Absent [][]*ast.Term
 }
 
 // Result is what a template can read.
@@ -128,7 +133,11 @@ func (a *Result) Describe() []string {
 		if m.Root == Node {
 			root = "node"
 		}
-		out = append(out, root+PathString(m.Path)+" (message only)")
+		only := " (message only"
+		for _, in := range m.Absent {
+			only += ", unless a key of input" + PathString(in) + " holds it"
+		}
+		out = append(out, root+PathString(m.Path)+only+")")
 	}
 	if a.NodeNameMessage {
 		out = append(out, "input"+PathString(NodeNamePath)+" (message only)")
