@@ -15,34 +15,25 @@
 //   - every reference rooted at input, or at a variable bound to one
 //     (x := input.a.b, possibly through a chain of such aliases), records
 //     its longest ground prefix;
-//
 //   - a variable that is used whole (passed to a builtin, compared,
 //     returned) records its whole origin;
-//
 //   - data.inventory.cluster["v1"].Node[<the pod's nodeName>] is the
 //     candidate node: reads below it are recorded as node paths, so nodes
 //     that agree on those paths share verdicts whatever their names;
-//
 //   - any other read of data.inventory sets InventoryOther; a `with` on
 //     input or data widens to the whole input and the inventory;
-//
 //   - arguments flow into user functions: the function's body is analysed
 //     with its parameters bound to the arguments' origins (literal
 //     arguments as constants), so a helper such as has_field(spec,
 //     "securityContext") records spec.securityContext only;
-//
 //   - object.get(x, "k", default) reads x.k;
-//
 //   - templates that call nondeterministic builtins are never memoised;
-//
 //   - a value whose only use is to be printed into a violation's msg or
 //     placed as is into its details (Messages) is not part of the key: see
 //     flow.go for the rules that make this sound, and what falls back;
-//
 //   - Guards (guard.go) are the tests of the review against constants that
 //     every violation rule begins with: a review failing one of each rule
 //     has an empty violation set, so the engine need not evaluate it;
-//
 //   - a read through a list element (`c := input.review.object.spec.containers[_]`,
 //     then `c.image`) records the list's length and the path below each
 //     element (Each), so that `c.name`, only printed, can leave the key; the
@@ -51,16 +42,13 @@
 //     as Rego binds it, and so are objects of the containers by name
 //     (`input_containers[c.name] = c`, seccomp v2), whose keys the engine
 //     checks distinct at run time (DistinctKeys; lists.go);
-//
 //   - lists inside an element are read element by element too (a
 //     container's ports or mounts: nested Each); a value compared with a
 //     list set's elements forks per list like a binding (listCompare); the
 //     bindings in a comprehension's body make elements, the variables it
 //     shares with the rule around it being bound there (comprehension);
-//
 //   - a truth test `x[k]` reads the keys of x whose values hold (Keys): the
 //     volume types of `{x | volumes[_][x]}`, not the volumes' names;
-//
 //   - a list set whose definitions only test fields of the element
 //     (`has_field(v, "hostPath")`) is read for its members only
 //     (EachWhere), and what a body reads after binding a member is read
@@ -68,11 +56,9 @@
 //     functions are analysed apart, parameters unbound, only when no call
 //     analysed them in place (functionsApart), so that their reads carry
 //     their calls' conditions;
-//
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
 //     succeeds: its reads are dropped (dead.go);
-//
 //   - a call of a template's function used as a truth test (`not
 //     is_exempt(c)`) on one value of the review, the other arguments
 //     constant, whose body reads nothing but that value (through its
@@ -85,23 +71,19 @@
 //     on a list's element whose reads other key paths hold raw (allowed
 //     repositories compare the image themselves) is left out, its answer
 //     decided by them (dropDeterminedHelpers);
-//
 //   - a Helper's answer depends, besides its value, on the code its
 //     function runs and the constraint's parameters it reads:
 //     HelperDependencies (identity.go) names both, the template's
 //     namespace left out, so that templates shipping the same lib (the
 //     library's is_exempt) share the answers where their parameters agree;
-//
 //   - a key that is an element of a constant list (`ctr[probe]`, probe from
 //     a parameter list) reads each of the list's values, not the whole of
 //     ctr (fanOut);
-//
 //   - a partial set rule that the violation rule reads only through
 //     patterns binding its head (the library's
 //     general_violation[{"msg": msg, "field": "containers"}]) is analysed
 //     once per pattern, with the head's variables bound to its constants,
-//     so that spec[field][_] is one list, element-wise (relay.go).
-//
+//     so that spec[field][_] is one list, element-wise (relay.go);
 //   - a printed value that a lookup key into an input object is built
 //     from by sprintf (AppArmor's
 //     `pod.metadata.annotations[sprintf("...%v", [container.name])]`) stays
