@@ -11,7 +11,10 @@ import (
 
 // lookupKeyPolicies look a container's annotation up by a key built from
 // the container's name, and print the name, as the library's AppArmor
-// template does: bound, negated, through functions that take the pod.
+// template does (sprintf; bound, negated, through functions that take the
+// pod) and as its seccomp template does (concat in a function, the key
+// passed to another, printed into the value of a definition that
+// requires the annotation).
 const lookupKeyPolicies = `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -47,6 +50,38 @@ kind: K8sProfiles
 metadata: {name: profiles}
 spec:
   parameters: {allowed: ["localhost/ok"]}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sprofilesconcat}
+spec:
+  crd: {spec: {names: {kind: K8sProfilesConcat}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sprofilesconcat
+        prefix = "container.apparmor.security.beta.kubernetes.io/"
+        violation[{"msg": msg}] {
+          c := input.review.object.spec.containers[_]
+          result := get_profile(c)
+          result.profile != "localhost/ok"
+          msg := sprintf("container %v: profile %v found at %v", [c.name, result.profile, result.location])
+        }
+        get_profile(c) = {"profile": profile, "location": location} {
+          key := annotation_key(c.name)
+          has_annotation(key)
+          profile := input.review.object.metadata.annotations[key]
+          location := sprintf("annotation %v", [key])
+        }
+        get_profile(c) = {"profile": "none", "location": "nowhere"} {
+          not has_annotation(annotation_key(c.name))
+        }
+        annotation_key(name) = k { k := concat("", [prefix, name]) }
+        has_annotation(k) { input.review.object.metadata.annotations[k] }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sProfilesConcat
+metadata: {name: profiles-concat}
 `
 
 const apparmorKey = "container.apparmor.security.beta.kubernetes.io/"

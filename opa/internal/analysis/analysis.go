@@ -145,6 +145,12 @@ type analyzer struct {
 	sc      *scope
 	// keyed are the printed strings used as lookup keys (lookupkey.go).
 	keyed []keyedLookup
+	// seeds are the printed strings a call passes to the function about
+	// to be analysed, by parameter (userCall); ruleOnce takes them.
+	seeds map[ast.Var]*printed
+	// requires are, for each function definition last analysed, the
+	// parameters (printed strings) whose lookup its body requires.
+	requires map[*ast.Rule]map[int]bool
 }
 
 const maxCallDepth = 8
@@ -266,6 +272,12 @@ type scope struct {
 	// once that binding was taken as the head.
 	headVar  ast.Var
 	headDone bool
+	// keyedVars are the printed strings used here as lookup keys into
+	// input objects, dead the sources of those whose lookup the body
+	// requires (lookupkey.go).
+	keyedVars map[ast.Var]bool
+	dead      []map[string]bool
+	required  map[ast.Var]bool
 }
 
 // rule analyses one rule with its variables bound as in env (function
@@ -274,14 +286,17 @@ type scope struct {
 // A body that binds an element of a list set is analysed once per list
 // (lists.go).
 func (z *analyzer) rule(r *ast.Rule, env map[ast.Var]origin, depth int) []source {
+	seeds := z.seeds
 	runs := listChoices(z.listForks(r, env))
 	if runs == nil {
+		z.seeds = seeds
 		return z.ruleOnce(r, env, depth)
 	}
 	saved := z.choice
 	defer func() { z.choice = saved }()
 	var out []source
 	for _, run := range runs {
+		z.seeds = seeds
 		z.choice = run
 		inner := make(map[ast.Var]origin, len(env))
 		for k, v := range env {
@@ -305,6 +320,10 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 		ast.WalkVars(arg, func(v ast.Var) bool { seen[v] = true; return false })
 	}
 	sc := newScope(r, r.Path().Equal(z.violation))
+	for v, p := range z.seeds {
+		sc.strings[v] = &printed{sources: p.sources, allowed: 1} // its place in the head's arguments
+	}
+	z.seeds = nil
 	z.sc = sc
 	var relay *relaySite
 	if z.site != nil && z.site.rule == r {
@@ -320,6 +339,7 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 			return nil
 		}
 		z.expr(e, env, seen, depth, sc)
+		z.noteRequired(e, sc)
 		harmless = harmless && isHarmless(e)
 		if when == nil {
 			if when = z.memberCondition(e); when != nil {
@@ -344,16 +364,20 @@ func (z *analyzer) ruleOnce(r *ast.Rule, env map[ast.Var]origin, depth int) []so
 			sc.strings[v].allowed++
 			ret, hasRet = v, true
 		} else {
+			sc.deadInHead(r.Head.Value)
 			z.walk(r.Head.Value, env, depth)
 		}
 	default:
 		if r.Head.Key != nil {
+			sc.deadInHead(r.Head.Key)
 			z.walk(r.Head.Key, env, depth)
 		}
 		if r.Head.Value != nil {
+			sc.deadInHead(r.Head.Value)
 			z.walk(r.Head.Value, env, depth)
 		}
 	}
+	z.noteRequiredParams(r, sc)
 	for _, t := range r.Head.Reference[1:] {
 		z.walk(t, env, depth)
 	}
@@ -924,6 +948,9 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		if name == ast.Sprintf.Name && sc != nil && z.sprintf(args, env, seen, depth, sc) {
 			return
 		}
+		if name == ast.Concat.Name && sc != nil && z.concat(args, env, seen, depth, sc) {
+			return
+		}
 		if name == ast.ObjectGet.Name && (len(args) == 3 || len(args) == 4) && z.objectGet(args, env, seen, depth) {
 			return
 		}
@@ -1032,9 +1059,22 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		}
 		return
 	}
+	// Printed strings passed as arguments stay printed strings in the
+	// function (a lookup key, a sprintf argument there): the caller's use
+	// is allowed when every definition takes them by a variable; what the
+	// function does with them is settled in it.
+	printedArgs := map[int]*printed{}
+	if z.sc != nil {
+		for i, a := range args[:min(nparams, len(args))] {
+			if v, ok := a.Value.(ast.Var); ok && z.sc.strings[v] != nil {
+				printedArgs[i] = z.sc.strings[v]
+			}
+		}
+	}
 	var returned [][]source
 	for _, r := range rules {
 		if z.isAlias(r) {
+			clear(printedArgs)
 			continue // read where it is referenced (see aliasRule)
 		}
 		for x := r; x != nil; x = x.Else {
@@ -1044,6 +1084,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 				for _, a := range args[:min(nparams, len(args))] {
 					z.walk(a, env, depth)
 				}
+				clear(printedArgs) // not followed: the caller's use is not allowed
 				z.bailed[x] = true
 				z.bails++
 				continue
@@ -1052,9 +1093,21 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 				z.inlined[x] = true
 			}
 			inner := map[ast.Var]origin{}
+			var seeds map[ast.Var]*printed
 			for i, p := range x.Head.Args {
 				if i >= len(args) {
 					break
+				}
+				if q := printedArgs[i]; q != nil {
+					if pv, ok := p.Value.(ast.Var); ok {
+						if seeds == nil {
+							seeds = map[ast.Var]*printed{}
+						}
+						seeds[pv] = q
+					} else {
+						delete(printedArgs, i) // a pattern: the caller's use is not allowed
+					}
+					continue
 				}
 				o, ok := z.argOrigin(args[i], env, depth)
 				if !ok {
@@ -1072,11 +1125,16 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 				}
 			}
 			at := z.at
+			z.seeds = seeds
 			if src := z.rule(x, inner, depth+1); src != nil {
 				returned = append(returned, src)
 			}
+			z.seeds = nil
 			z.at = at
 		}
+	}
+	for _, q := range printedArgs {
+		q.allowed++
 	}
 	single := len(rules) == 1 && rules[0].Else == nil
 	var out ast.Var

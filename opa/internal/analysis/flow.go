@@ -187,6 +187,72 @@ func (z *analyzer) sprintf(args []*ast.Term, env map[ast.Var]origin, seen map[as
 	return true
 }
 
+// concat handles concat(separator, [parts...], out) with a constant
+// separator and a literal array whose parts are constant strings, printed
+// values and printed strings: out is a printed string, as sprintf("%s%s")
+// of the parts would be (seccomp's annotation keys,
+// concat("", [prefix, name])). The engine puts a placeholder only where
+// the real value is a string, which concat takes as it is. It reports
+// whether it handled the call; when it does not, nothing is recorded.
+func (z *analyzer) concat(args []*ast.Term, env map[ast.Var]origin, seen map[ast.Var]bool, depth int, sc *scope) bool {
+	if len(args) != 3 {
+		return false
+	}
+	out, ok := args[2].Value.(ast.Var)
+	if !ok || seen[out] {
+		return false
+	}
+	if _, ok := constString(args[0], env); !ok {
+		return false
+	}
+	arr, ok := args[1].Value.(*ast.Array)
+	if !ok {
+		return false
+	}
+	var strs []*printed
+	var srcs []source
+	for i := 0; i < arr.Len(); i++ {
+		el := arr.Elem(i)
+		if v, ok := el.Value.(ast.Var); ok && sc.strings[v] != nil {
+			strs = append(strs, sc.strings[v])
+			continue
+		}
+		if _, ok := constString(el, env); ok {
+			continue
+		}
+		var o origin
+		switch x := el.Value.(type) {
+		case ast.Var:
+			o, ok = env[x]
+		case ast.Ref:
+			ok = x.IsGround()
+			if ok {
+				o, ok = z.resolve(el, env, depth)
+			}
+		default:
+			ok = false
+		}
+		switch {
+		case !ok || !o.exact:
+			return false
+		case o.root == rootConst:
+			if _, isStr := o.value.(ast.String); !isStr {
+				return false
+			}
+		default:
+			srcs = append(srcs, source{o: o, where: z.where()})
+		}
+	}
+	p := &printed{allowed: 1, sources: srcs}
+	for _, q := range strs {
+		q.allowed++
+		q.next = append(q.next, out)
+		p.sources = append(p.sources, q.sources...)
+	}
+	sc.strings[out] = p
+	return true
+}
+
 // refused notes, for Why, the printed values of a sprintf that cannot
 // leave the key.
 func (z *analyzer) refused(arr *ast.Array, env map[ast.Var]origin, why string) {

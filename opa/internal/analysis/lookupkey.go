@@ -58,8 +58,144 @@ func (z *analyzer) lookupKey(object origin, k *ast.Term) bool {
 	}
 	p.allowed++
 	z.keyed = append(z.keyed, keyedLookup{sources: p.sources, in: object.path})
+	if z.sc.keyedVars == nil {
+		z.sc.keyedVars = map[ast.Var]bool{}
+	}
+	z.sc.keyedVars[v] = true
 	return true
 }
+
+// Bodies that require such a lookup. When the engine puts a placeholder
+// in the place of any of a key's sources, the lookup misses (its check
+// made sure of that), so a body that cannot succeed without it is dead:
+// whatever its head does with the printed strings made of those sources
+// never happens. Seccomp returns `{"location": sprintf("annotation %v",
+// [key])}` from a definition that requires has_annotation(key): that use
+// of the key, in the head, is allowed. Only head uses are: an expression
+// of the body may run before the lookup, and one that can fail or err
+// differently on a placeholder keeps its value in the key as before.
+
+// noteRequired records the printed strings whose lookup e, a top-level
+// expression of sc's body, requires: e is not negated, and is the lookup
+// itself (a truth test, or one side of a binding), or a call of a
+// template function each of whose definitions requires its parameter's
+// lookup (noteRequiredParams).
+func (z *analyzer) noteRequired(e *ast.Expr, sc *scope) {
+	if e.Negated || len(e.With) > 0 {
+		return
+	}
+	switch {
+	case e.IsEquality() || e.IsAssignment():
+		terms := e.Terms.([]*ast.Term)
+		sc.requireKeys(terms[1])
+		sc.requireKeys(terms[2])
+	case e.IsCall():
+		rules := z.compiler.GetRulesExact(e.Operator())
+		if len(rules) == 0 || !e.Operator().HasPrefix(z.root) {
+			return
+		}
+		for i, a := range e.Operands() {
+			v, ok := a.Value.(ast.Var)
+			if !ok || sc.strings[v] == nil {
+				continue
+			}
+			all := true
+			for _, r := range rules {
+				all = all && !r.Default && r.Else == nil && z.requires[r][i]
+			}
+			if all {
+				sc.require(v)
+			}
+		}
+	default:
+		if t, ok := e.Terms.(*ast.Term); ok {
+			sc.requireKeys(t)
+		}
+	}
+}
+
+// requireKeys requires the lookups of the printed keys in t, a reference.
+func (sc *scope) requireKeys(t *ast.Term) {
+	ref, ok := t.Value.(ast.Ref)
+	if !ok {
+		return
+	}
+	for _, k := range ref[1:] {
+		if v, ok := k.Value.(ast.Var); ok && sc.keyedVars[v] {
+			sc.require(v)
+		}
+	}
+}
+
+func (sc *scope) require(v ast.Var) {
+	p := sc.strings[v]
+	if p == nil || len(p.sources) == 0 {
+		return
+	}
+	keys := map[string]bool{}
+	for _, s := range p.sources {
+		keys[sourceKey(s)] = true
+	}
+	sc.dead = append(sc.dead, keys)
+	if sc.required == nil {
+		sc.required = map[ast.Var]bool{}
+	}
+	sc.required[v] = true
+}
+
+// noteRequiredParams records, for r, a function definition, which of its
+// parameters (printed strings passed by the call) its body requires the
+// lookup of.
+func (z *analyzer) noteRequiredParams(r *ast.Rule, sc *scope) {
+	if len(r.Head.Args) == 0 {
+		return
+	}
+	if z.requires == nil {
+		z.requires = map[*ast.Rule]map[int]bool{}
+	}
+	req := map[int]bool{}
+	for i, a := range r.Head.Args {
+		if v, ok := a.Value.(ast.Var); ok && sc.required[v] {
+			req[i] = true
+		}
+	}
+	z.requires[r] = req
+}
+
+// deadInHead allows the uses in t, a head term, of the printed strings
+// whose sources a required lookup covers: the head is built only when
+// the body succeeds, which it does not with a placeholder among them.
+func (sc *scope) deadInHead(t *ast.Term) {
+	if len(sc.dead) == 0 {
+		return
+	}
+	ast.WalkVars(t, func(v ast.Var) bool {
+		if p := sc.strings[v]; p != nil && sc.covered(p) {
+			p.allowed++
+		}
+		return false
+	})
+}
+
+// covered reports whether every source of p is a source of one required
+// lookup's key.
+func (sc *scope) covered(p *printed) bool {
+	if len(p.sources) == 0 {
+		return false
+	}
+	for _, keys := range sc.dead {
+		all := true
+		for _, s := range p.sources {
+			all = all && keys[sourceKey(s)]
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func sourceKey(s source) string { return rootName(s.o.root) + PathString(s.o.path) }
 
 // absentPaths gives, for each printed path (by rootName+PathString), the
 // objects in whose keys its value must not appear.
@@ -72,7 +208,7 @@ func (z *analyzer) absentPaths() map[string][][]*ast.Term {
 	for _, kl := range z.keyed {
 		in := PathString(kl.in)
 		for _, s := range kl.sources {
-			k := rootName(s.o.root) + PathString(s.o.path)
+			k := sourceKey(s)
 			if seen[k+"\x00"+in] {
 				continue
 			}
