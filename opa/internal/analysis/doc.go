@@ -84,18 +84,23 @@
 //     general_violation[{"msg": msg, "field": "containers"}]) is analysed
 //     once per pattern, with the head's variables bound to its constants,
 //     so that spec[field][_] is one list, element-wise (relay.go);
-//   - a printed value that a lookup key into an input object is built
-//     from by sprintf (AppArmor's
-//     `pod.metadata.annotations[sprintf("...%v", [container.name])]`) stays
-//     a message, with the object read whole and a run-time condition:
-//     no key of the object holds the value (lookupkey.go).
+//   - concat with a constant separator prints its parts as sprintf's
+//     %s does, and a printed string passed to a template function stays
+//     one in it (flow.go, userCall);
+//   - a printed value that a lookup key into a review object is built
+//     from (AppArmor's
+//     `pod.metadata.annotations[sprintf("...%v", [container.name])]`,
+//     seccomp's has_annotation(concat("", [prefix, name]))) stays a
+//     message, with the object read and a run-time condition: no key of
+//     the object holds the value; a rule head built only when such a
+//     lookup succeeds may hold strings made of it (lookupkey.go).
 //
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object that nothing binds
-// (`spec[field][_]` alone) is read whole; a printed value in a lookup key
-// built by concat, passed to a function as an argument or also placed in
-// a value the function returns (seccomp's container annotations) is read;
-// a helper that also reads input itself (automount's
-// mountServiceAccountToken(spec), which reads input_containers), or whose
-// value is bound rather than tested, is read as it is.
+// (`spec[field][_]` alone) is read whole; a printed value in a set that is
+// counted or sorted (the realistic mix's privileged pool joins its
+// sorted reasons) is read; a helper that also reads input itself
+// (automount's mountServiceAccountToken(spec), which reads
+// input_containers), or whose value is bound rather than tested, is read
+// as it is.
 package analysis

@@ -10,6 +10,12 @@ import (
 //	out := pod.metadata.annotations[sprintf("container.apparmor.security.beta.kubernetes.io/%v", [container.name])]
 //	not pod.metadata.annotations[sprintf("container.apparmor.security.beta.kubernetes.io/%v", [container.name])]
 //
+// and seccomp's, through functions (concat prints, flow.go; a printed
+// string passed to a function stays one there, userCall):
+//
+//	container_annotation := get_container_annotation_key(container.name) # concat("", [prefix, name])
+//	has_annotation(container_annotation)                                 # input...annotations[annotation]
+//
 // The lookup's outcome depends on the name, so the name would be read and
 // every new container name would be a new class. But a lookup by a string
 // that contains the value misses whenever no key of the object contains
