@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"net/http"
 	"runtime/trace"
 	"sort"
@@ -124,7 +125,6 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	res := &filterAnswer{}
 	passed := buf.passed[:0] // indexes into na.names
 	var denied, unknown int
-	var sample []string
 	for i := range p.Nodes {
 		v := &p.Nodes[i]
 		name := na.names[i] // never a name the request did not carry
@@ -132,18 +132,12 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		case v.Unknown:
 			res.failed = append(res.failed, failedNode{name: name, reason: unknownNodeReason})
 			unknown++
-			if len(sample) < maxLoggedReasons {
-				sample = append(sample, name+": "+unknownNodeReason)
-			}
 		case p.Denied(i):
 			if res.unresolvable == nil {
 				res.unresolvable = buf.unresolvable[:0]
 			}
 			res.unresolvable = append(res.unresolvable, failedNode{name: name, placement: p, index: i})
 			denied++
-			if len(sample) < maxLoggedReasons {
-				sample = append(sample, name+": "+p.DenyMessage(i))
-			}
 		default:
 			passed = append(passed, i)
 		}
@@ -185,15 +179,40 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if denied > 0 && s.onRejected != nil {
 		s.onRejected(pod.Namespace(), pod.Name(), types.UID(pod.UID()))
 	}
-	if c.rejected > 0 {
-		s.log.InfoContext(r.Context(), "pod rejected on some nodes",
+	// Denials are the policies at work: logged at debug level (metrics
+	// count them, --log-decisions records them). Nodes the service does
+	// not know are not: logged at info level.
+	level := slog.LevelDebug
+	if unknown > 0 {
+		level = slog.LevelInfo
+	}
+	if c.rejected > 0 && s.log.Enabled(r.Context(), level) {
+		s.log.Log(r.Context(), level, "pod rejected on some nodes",
 			"pod", c.pod, "nodes", len(na.names), "rejected", c.rejected,
 			"denied", denied, "unknown", unknown, "passed", len(passed),
 			"policyGeneration", p.Generation,
-			"sample", sample)
+			"sample", rejectionSample(p, na.names))
 	}
 	s.finish(w, r, c, res, nil, filterError)
 	p.Release() // written and recorded: its memory serves the next answers
+}
+
+// rejectionSample is the first maxLoggedReasons rejected nodes of p, with
+// their reasons, for the log.
+func rejectionSample(p *opa.Placement, names []string) []string {
+	var sample []string
+	for i := range p.Nodes {
+		if len(sample) == maxLoggedReasons {
+			break
+		}
+		switch {
+		case p.Nodes[i].Unknown:
+			sample = append(sample, names[i]+": "+unknownNodeReason)
+		case p.Denied(i):
+			sample = append(sample, names[i]+": "+p.DenyMessage(i))
+		}
+	}
+	return sample
 }
 
 // handlePrioritize answers POST /prioritize with a HostPriorityList in the
