@@ -100,6 +100,8 @@ func profilesPod(name string, containers []string, annotations map[string]any) m
 	})
 }
 
+// violationsOf evaluates pod p on cands: one line per violation, "node
+// message details error".
 func violationsOf(t testing.TB, e *opa.Engine, p map[string]any, cands []opa.Candidate) []string {
 	t.Helper()
 	res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})

@@ -74,17 +74,7 @@ func placementMessages(t testing.TB, e *opa.Engine, podName any, cands []opa.Can
 	} else {
 		md["name"] = podName
 	}
-	res, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: p, Candidates: cands})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for i, v := range res.Nodes {
-		for _, x := range res.Violations(i) {
-			out = append(out, fmt.Sprintf("%s %s %s %v", v.Name, x.Message, x.Details, x.Error))
-		}
-	}
-	return out
+	return violationsOf(t, e, p, cands)
 }
 
 // TestPrintedNamesMemoIsExact runs pods with odd names over nodes with odd

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -260,93 +261,26 @@ not pod.metadata.annotations[sprintf("apparmor/%v", [c.name])]
 		// Seccomp's shape: the key built by concat in a function, passed to
 		// another, printed into the value of a definition that requires it.
 		{
-			name: "lookup key built by concat, passed on, printed in a head that requires it",
-			rego: `violation contains {"msg": msg} if {
-c := input.review.object.spec.containers[_]
-result := get_profile(c)
-result.profile != "ok"
-msg := sprintf("container %v: %v at %v", [c.name, result.profile, result.location])
-}
-get_profile(c) := {"profile": profile, "location": location} if {
-key := annotation_key(c.name)
-has_annotation(key)
-profile := input.review.object.metadata.annotations[key]
-location := sprintf("annotation %v", [key])
-}
-get_profile(c) := {"profile": "none", "location": "nowhere"} if {
-not has_annotation(annotation_key(c.name))
-}
-annotation_key(name) := k if { k := concat("", ["container.seccomp/", name]) }
-has_annotation(k) if { input.review.object.metadata.annotations[k] }
-check(k) if { startswith(k, "container") }`,
+			name:  "lookup key built by concat, passed on, printed in a head that requires it",
+			rego:  seccompShape("has_annotation(key)\nprofile := input.review.object.metadata.annotations[key]", "\"\""),
 			reads: []string{`input.review.object.metadata.annotations`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name (message only, unless a key of input.review.object.metadata.annotations holds it)`},
 			class: PerPodClass,
 		},
 		{
-			name: "lookup key printed in a head that does not require it stays read",
-			rego: `violation contains {"msg": msg} if {
-c := input.review.object.spec.containers[_]
-result := get_profile(c)
-result.profile != "ok"
-msg := sprintf("container %v: %v at %v", [c.name, result.profile, result.location])
-}
-get_profile(c) := {"profile": profile, "location": location} if {
-key := annotation_key(c.name)
-profile := "x"
-location := sprintf("annotation %v", [key])
-}
-get_profile(c) := {"profile": "none", "location": "nowhere"} if {
-not has_annotation(annotation_key(c.name))
-}
-annotation_key(name) := k if { k := concat("", ["container.seccomp/", name]) }
-has_annotation(k) if { input.review.object.metadata.annotations[k] }
-check(k) if { startswith(k, "container") }`,
+			name:  "lookup key printed in a head that does not require it stays read",
+			rego:  seccompShape("profile := \"x\"", "\"\""),
 			reads: []string{`input.review.object.metadata.annotations.(keys)`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name`},
 			class: PerPodClass,
 		},
 		{
-			name: "lookup key passed to a function that compares it stays read",
-			rego: `violation contains {"msg": msg} if {
-c := input.review.object.spec.containers[_]
-result := get_profile(c)
-result.profile != "ok"
-msg := sprintf("container %v: %v at %v", [c.name, result.profile, result.location])
-}
-get_profile(c) := {"profile": profile, "location": location} if {
-key := annotation_key(c.name)
-check(key)
-profile := input.review.object.metadata.annotations[key]
-location := sprintf("annotation %v", [key])
-}
-get_profile(c) := {"profile": "none", "location": "nowhere"} if {
-not has_annotation(annotation_key(c.name))
-}
-annotation_key(name) := k if { k := concat("", ["container.seccomp/", name]) }
-has_annotation(k) if { input.review.object.metadata.annotations[k] }
-check(k) if { startswith(k, "container") }`,
+			name:  "lookup key passed to a function that compares it stays read",
+			rego:  seccompShape("check(key)\nprofile := input.review.object.metadata.annotations[key]", "\"\""),
 			reads: []string{`input.review.object.metadata.annotations`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name`},
 			class: PerPodClass,
 		},
 		{
-			name: "concat with a separator that is not a constant stays read",
-			rego: `violation contains {"msg": msg} if {
-c := input.review.object.spec.containers[_]
-result := get_profile(c)
-result.profile != "ok"
-msg := sprintf("container %v: %v at %v", [c.name, result.profile, result.location])
-}
-get_profile(c) := {"profile": profile, "location": location} if {
-key := annotation_key(c.name)
-has_annotation(key)
-profile := input.review.object.metadata.annotations[key]
-location := sprintf("annotation %v", [key])
-}
-get_profile(c) := {"profile": "none", "location": "nowhere"} if {
-not has_annotation(annotation_key(c.name))
-}
-annotation_key(name) := k if { k := concat(input.parameters.sep, ["container.seccomp/", name]) }
-has_annotation(k) if { input.review.object.metadata.annotations[k] }
-check(k) if { startswith(k, "container") }`,
+			name:  "concat with a separator that is not a constant stays read",
+			rego:  seccompShape("has_annotation(key)\nprofile := input.review.object.metadata.annotations[key]", "input.parameters.sep"),
 			reads: []string{`input.parameters.sep`, `input.review.object.metadata.annotations.(keys)`, `input.review.object.metadata.annotations[_]`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name`},
 			class: PerPodClass,
 		},
@@ -439,4 +373,27 @@ func TestOtherNodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seccompShape is the library's seccomp template in small: the key built
+// by concat in a function (separator sep), passed to another, printed
+// into the value of a definition whose body is required.
+func seccompShape(required, sep string) string {
+	return fmt.Sprintf(`violation contains {"msg": msg} if {
+c := input.review.object.spec.containers[_]
+result := get_profile(c)
+result.profile != "ok"
+msg := sprintf("container %%v: %%v at %%v", [c.name, result.profile, result.location])
+}
+get_profile(c) := {"profile": profile, "location": location} if {
+key := annotation_key(c.name)
+%[1]s
+location := sprintf("annotation %%v", [key])
+}
+get_profile(c) := {"profile": "none", "location": "nowhere"} if {
+not has_annotation(annotation_key(c.name))
+}
+annotation_key(name) := k if { k := concat(%[2]s, ["container.seccomp/", name]) }
+has_annotation(k) if { input.review.object.metadata.annotations[k] }
+check(k) if { startswith(k, "container") }`, required, sep)
 }
