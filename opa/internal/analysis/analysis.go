@@ -272,12 +272,12 @@ type scope struct {
 	// once that binding was taken as the head.
 	headVar  ast.Var
 	headDone bool
-	// keyedVars are the printed strings used here as lookup keys into
-	// input objects, dead the sources of those whose lookup the body
-	// requires (lookupkey.go).
-	keyedVars map[ast.Var]bool
-	dead      []map[string]bool
-	required  map[ast.Var]bool
+	// keyed are the occurrences of printed strings used here as lookup
+	// keys into review objects, dead the sources of those whose lookup
+	// the body requires, required those strings (lookupkey.go).
+	keyed    map[*ast.Term]bool
+	dead     []map[string]bool
+	required map[ast.Var]bool
 }
 
 // rule analyses one rule with its variables bound as in env (function

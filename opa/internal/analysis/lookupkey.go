@@ -64,10 +64,10 @@ func (z *analyzer) lookupKey(object origin, k *ast.Term) bool {
 	}
 	p.allowed++
 	z.keyed = append(z.keyed, keyedLookup{sources: p.sources, in: object.path})
-	if z.sc.keyedVars == nil {
-		z.sc.keyedVars = map[ast.Var]bool{}
+	if z.sc.keyed == nil {
+		z.sc.keyed = map[*ast.Term]bool{}
 	}
-	z.sc.keyedVars[v] = true
+	z.sc.keyed[k] = true
 	return true
 }
 
@@ -120,14 +120,16 @@ func (z *analyzer) noteRequired(e *ast.Expr, sc *scope) {
 	}
 }
 
-// requireKeys requires the lookups of the printed keys in t, a reference.
+// requireKeys requires the lookups in t, a reference, whose keys
+// lookupKey took (by occurrence: the same variable elsewhere may key
+// something else).
 func (sc *scope) requireKeys(t *ast.Term) {
 	ref, ok := t.Value.(ast.Ref)
 	if !ok {
 		return
 	}
 	for _, k := range ref[1:] {
-		if v, ok := k.Value.(ast.Var); ok && sc.keyedVars[v] {
+		if v, ok := k.Value.(ast.Var); ok && sc.keyed[k] {
 			sc.require(v)
 		}
 	}
