@@ -279,6 +279,12 @@ not pod.metadata.annotations[sprintf("apparmor/%v", [c.name])]
 			class: PerPodClass,
 		},
 		{
+			name:  "lookup key also passed to a builtin in a body that requires it stays read",
+			rego:  seccompShape("count(key) > 3\nhas_annotation(key)\nprofile := input.review.object.metadata.annotations[key]", "\"\""),
+			reads: []string{`input.review.object.metadata.annotations`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name`},
+			class: PerPodClass,
+		},
+		{
 			name:  "concat with a separator that is not a constant stays read",
 			rego:  seccompShape("has_annotation(key)\nprofile := input.review.object.metadata.annotations[key]", "input.parameters.sep"),
 			reads: []string{`input.parameters.sep`, `input.review.object.metadata.annotations.(keys)`, `input.review.object.metadata.annotations[_]`, `input.review.object.spec.containers[_].(count)`, `input.review.object.spec.containers[_].name`},
