@@ -138,6 +138,11 @@ type ConstraintTrace struct {
 	// Why names what makes it costlier than once per (pod class, node
 	// class): the path, the construct and its line.
 	Why []string `json:"why,omitempty"`
+	// Keyed names this pod's printed values that stayed in the memo key
+	// (no placeholder could stand for them) and why: not a string, %q
+	// would escape it, an annotation key holds it. Each is a class of
+	// its own.
+	Keyed []string `json:"keyed,omitempty"`
 	// NotEvaluated says why the constraint was not evaluated for this pod
 	// at all (a test its violation rules begin with is false).
 	NotEvaluated string        `json:"notEvaluated,omitempty"`

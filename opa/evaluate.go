@@ -787,7 +787,7 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 
 func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) ConstraintTrace {
 	t := ConstraintTrace{Constraint: bc.c.key, Action: bc.c.action, Memoised: hit, PerPod: perPod, Duration: d,
-		Evaluated: string(bc.class), Why: bc.analysis.Why}
+		Evaluated: string(bc.class), Why: bc.analysis.Why, Keyed: r.keptPrinted(bc)}
 	for _, x := range res {
 		t.Violations = append(t.Violations, x.msg)
 	}

@@ -174,6 +174,27 @@ func TestPrintedLookupKeys(t *testing.T) {
 	if evals := memo.Stats().Evaluations - before; evals != 0 {
 		t.Errorf("80 pods with new container names ran %d evaluations, want 0: the names should be left out of the key", evals)
 	}
+	// Explain names the values kept in the key for this pod, and why.
+	for _, tc := range []struct {
+		pod  map[string]any
+		want []string
+	}{
+		{profilesPod("p", []string{"web", "app"}, map[string]any{apparmorKey + "app": "unconfined"}),
+			[]string{"input.review.object.spec.containers[1].name: it is empty or a key of input.review.object.metadata.annotations holds it"}},
+		{profilesPod("p", []string{"web", "app"}, nil), nil},
+		{profilesPod("p", []string{"web", ""}, nil),
+			[]string{"input.review.object.spec.containers[1].name: it is empty or a key of input.review.object.metadata.annotations holds it"}},
+	} {
+		res, err := memo.Evaluate(context.Background(), opa.PlacementRequest{Pod: tc.pod, Candidates: cands, Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range res.Trace(0) {
+			if !reflect.DeepEqual(tr.Keyed, tc.want) {
+				t.Errorf("%s: keyed %q, want %q", tr.Constraint.Kind, tr.Keyed, tc.want)
+			}
+		}
+	}
 }
 
 // FuzzPrintedLookupKeys checks the memo against no memo on arbitrary

@@ -102,6 +102,62 @@ type msgSlot struct {
 	absent [][]*ast.Term
 }
 
+// keptPrinted explains, for explain, which of the pod's values bc prints
+// stayed in the key and why: the tests walkMsgs makes, with their reasons.
+func (r *request) keptPrinted(bc *boundConstraint) []string {
+	var out []string
+	for i := range bc.podMsgs {
+		m := &bc.podMsgs[i]
+		if len(m.path) == 0 || !m.path[0].Equal(termReview) {
+			continue
+		}
+		j := analysis.EachAt(m.path)
+		if j < 0 {
+			if why := r.keptWhy(m, r.podReview.Value, m.path[1:]); why != "" {
+				out = append(out, "input"+analysis.PathString(m.path)+": "+why)
+			}
+			continue
+		}
+		arr, ok := lookupInput(r.podReview, m.path[:j]).Value.(*ast.Array)
+		if !ok || arr.Len() > maxEachPlaceholders {
+			continue // the list is keyed as lookup reads it (not printed value by value)
+		}
+		for k := 0; k < arr.Len(); k++ {
+			if why := r.keptWhy(m, arr.Elem(k).Value, m.path[j+1:]); why != "" {
+				concrete := append(append(append([]*ast.Term(nil), m.path[:j]...), ast.InternedTerm(k)), m.path[j+1:]...)
+				out = append(out, "input"+analysis.PathString(concrete)+": "+why)
+			}
+		}
+	}
+	return out
+}
+
+// keptWhy is why the value at path below v gets no placeholder ("" when
+// it gets one): walkMsgs' tests, in order.
+func (r *request) keptWhy(m *msgSlot, v ast.Value, path []*ast.Term) string {
+	if s, ok := substitutableAt(v, path, m.quote); ok {
+		if r.absentFrom(m, s) {
+			return ""
+		}
+		keys := make([]string, len(m.absent))
+		for i, p := range m.absent {
+			keys[i] = "input" + analysis.PathString(p)
+		}
+		return "it is empty or a key of " + strings.Join(keys, " or ") + " holds it"
+	}
+	for _, k := range path {
+		t := child(v, k)
+		if t == nil {
+			return "" // missing: keyed as such, a class all such pods share
+		}
+		v = t.Value
+	}
+	if _, ok := v.(ast.String); !ok {
+		return "not a string"
+	}
+	return "printed with %q, which escapes it"
+}
+
 // absentFrom reports whether s, a value about to get a placeholder, is in
 // no key of the objects at m.absent in the pod's review, and no
 // placeholder is either: a lookup there by a key built from it then
