@@ -22,8 +22,12 @@ import (
 //     constant format, no flags, width, precision, * or %[n], and as many
 //     verbs as arguments; or it is placed as is as the violation's msg or
 //     as a value of its details object;
+//   - or it is a part of concat with a constant separator (as %s), or
+//     part of a key looked up in a review object under a run-time check
+//     (lookupkey.go);
 //   - the string sprintf builds flows on only through aliases, into other
-//     such sprintf calls, into msg or details, or out of a function (with
+//     such sprintf calls, into msg or details, into a template function
+//     as an argument (settled there), or out of a function (with
 //     several definitions, only in a template that cannot see the node:
 //     their values are compared when more than one succeeds, and a
 //     conflict is an error that can depend on the value, so the engine
