@@ -1059,18 +1059,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 		}
 		return
 	}
-	// Printed strings passed as arguments stay printed strings in the
-	// function (a lookup key, a sprintf argument there): the caller's use
-	// is allowed when every definition takes them by a variable; what the
-	// function does with them is settled in it.
-	printedArgs := map[int]*printed{}
-	if z.sc != nil {
-		for i, a := range args[:min(nparams, len(args))] {
-			if v, ok := a.Value.(ast.Var); ok && z.sc.strings[v] != nil {
-				printedArgs[i] = z.sc.strings[v]
-			}
-		}
-	}
+	printedArgs := z.printedArgs(args[:min(nparams, len(args))])
 	var returned [][]source
 	for _, r := range rules {
 		if z.isAlias(r) {
@@ -1092,38 +1081,7 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 			if z.quiet == 0 {
 				z.inlined[x] = true
 			}
-			inner := map[ast.Var]origin{}
-			var seeds map[ast.Var]*printed
-			for i, p := range x.Head.Args {
-				if i >= len(args) {
-					break
-				}
-				if q := printedArgs[i]; q != nil {
-					if pv, ok := p.Value.(ast.Var); ok {
-						if seeds == nil {
-							seeds = map[ast.Var]*printed{}
-						}
-						seeds[pv] = q
-					} else {
-						delete(printedArgs, i) // a pattern: the caller's use is not allowed
-					}
-					continue
-				}
-				o, ok := z.argOrigin(args[i], env, depth)
-				if !ok {
-					continue
-				}
-				if !o.exact && o.root != rootConst {
-					z.read(o)
-					continue
-				}
-				if pv, ok := p.Value.(ast.Var); ok {
-					inner[pv] = o
-				} else {
-					// A pattern parameter unifies with the whole argument.
-					z.read(o)
-				}
-			}
+			inner, seeds := z.bindParams(x, args, env, depth, printedArgs)
 			at := z.at
 			z.seeds = seeds
 			if src := z.rule(x, inner, depth+1); src != nil {
@@ -1136,6 +1094,69 @@ func (z *analyzer) userCall(rules []*ast.Rule, args []*ast.Term, env map[ast.Var
 	for _, q := range printedArgs {
 		q.allowed++
 	}
+	z.callOutput(rules, args, nparams, seen, sc, returned)
+}
+
+// printedArgs are the arguments that are printed strings of the caller's
+// scope, by position. They stay printed strings in the function (a
+// lookup key, a sprintf argument there): the caller's use is allowed when
+// every definition takes them by a variable (bindParams deletes the
+// others); what the function does with them is settled in it.
+func (z *analyzer) printedArgs(args []*ast.Term) map[int]*printed {
+	out := map[int]*printed{}
+	if z.sc == nil {
+		return out
+	}
+	for i, a := range args {
+		if v, ok := a.Value.(ast.Var); ok && z.sc.strings[v] != nil {
+			out[i] = z.sc.strings[v]
+		}
+	}
+	return out
+}
+
+// bindParams binds definition x's parameters to the call's arguments:
+// origins (inner) for references, aliases and constants, printed strings
+// (seeds) for printedArgs; an argument a pattern parameter unifies with
+// is read whole.
+func (z *analyzer) bindParams(x *ast.Rule, args []*ast.Term, env map[ast.Var]origin, depth int, printedArgs map[int]*printed) (map[ast.Var]origin, map[ast.Var]*printed) {
+	inner := map[ast.Var]origin{}
+	var seeds map[ast.Var]*printed
+	for i, p := range x.Head.Args {
+		if i >= len(args) {
+			break
+		}
+		pv, isVar := p.Value.(ast.Var)
+		if q := printedArgs[i]; q != nil {
+			if !isVar {
+				delete(printedArgs, i) // a pattern: the caller's use is not allowed
+				continue
+			}
+			if seeds == nil {
+				seeds = map[ast.Var]*printed{}
+			}
+			seeds[pv] = q
+			continue
+		}
+		o, ok := z.argOrigin(args[i], env, depth)
+		switch {
+		case !ok:
+		case !o.exact && o.root != rootConst:
+			z.read(o)
+		case isVar:
+			inner[pv] = o
+		default:
+			z.read(o) // a pattern parameter unifies with the whole argument
+		}
+	}
+	return inner, seeds
+}
+
+// callOutput handles what a call returns: a printed string when its
+// definitions returned one (with several definitions, only where the
+// template allows it, see Result.PrintedThroughSeveral); otherwise the
+// returned sources go back into the key.
+func (z *analyzer) callOutput(rules []*ast.Rule, args []*ast.Term, nparams int, seen map[ast.Var]bool, sc *scope, returned [][]source) {
 	single := len(rules) == 1 && rules[0].Else == nil
 	var out ast.Var
 	hasOut := false
