@@ -174,21 +174,15 @@ func (r *request) absentFrom(m *msgSlot, s string) bool {
 		if len(p) == 0 || !p[0].Equal(termReview) {
 			return false // the analysis gives objects of the review only
 		}
-		t := lookupInput(r.podReview, p)
-		if t == nil {
-			continue // nothing to find: the lookup misses either way
-		}
-		obj, ok := t.Value.(ast.Object)
+		obj, ok := lookupInput(r.podReview, p).Value.(ast.Object)
 		if !ok {
-			continue
+			continue // not an object (or missing): the lookup misses either way
 		}
-		clean := true
-		obj.Foreach(func(k, _ *ast.Term) {
-			if ks, isStr := k.Value.(ast.String); isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.ph.prefix)) {
-				clean = false
-			}
+		held := obj.Until(func(k, _ *ast.Term) bool {
+			ks, isStr := k.Value.(ast.String)
+			return isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.ph.prefix))
 		})
-		if !clean {
+		if held {
 			return false
 		}
 	}

@@ -273,10 +273,9 @@ type scope struct {
 	headVar  ast.Var
 	headDone bool
 	// keyed are the occurrences of printed strings used here as lookup
-	// keys into review objects, dead the sources of those whose lookup
-	// the body requires, required those strings (lookupkey.go).
+	// keys into review objects, required the strings whose lookup the
+	// body requires (lookupkey.go).
 	keyed    map[*ast.Term]bool
-	dead     []map[string]bool
 	required map[ast.Var]bool
 }
 

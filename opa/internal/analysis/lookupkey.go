@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"slices"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -136,15 +138,9 @@ func (sc *scope) requireKeys(t *ast.Term) {
 }
 
 func (sc *scope) require(v ast.Var) {
-	p := sc.strings[v]
-	if p == nil || len(p.sources) == 0 {
+	if p := sc.strings[v]; p == nil || len(p.sources) == 0 {
 		return
 	}
-	keys := map[string]bool{}
-	for _, s := range p.sources {
-		keys[sourceKey(s)] = true
-	}
-	sc.dead = append(sc.dead, keys)
 	if sc.required == nil {
 		sc.required = map[ast.Var]bool{}
 	}
@@ -174,7 +170,7 @@ func (z *analyzer) noteRequiredParams(r *ast.Rule, sc *scope) {
 // whose sources a required lookup covers: the head is built only when
 // the body succeeds, which it does not with a placeholder among them.
 func (sc *scope) deadInHead(t *ast.Term) {
-	if len(sc.dead) == 0 {
+	if len(sc.required) == 0 {
 		return
 	}
 	ast.WalkVars(t, func(v ast.Var) bool {
@@ -191,16 +187,22 @@ func (sc *scope) covered(p *printed) bool {
 	if len(p.sources) == 0 {
 		return false
 	}
-	for _, keys := range sc.dead {
-		all := true
-		for _, s := range p.sources {
-			all = all && keys[sourceKey(s)]
-		}
-		if all {
+	for v := range sc.required {
+		if sourcesWithin(p.sources, sc.strings[v].sources) {
 			return true
 		}
 	}
 	return false
+}
+
+// sourcesWithin reports whether every source of a is one of b's paths.
+func sourcesWithin(a, b []source) bool {
+	for _, s := range a {
+		if !slices.ContainsFunc(b, func(t source) bool { return sourceKey(t) == sourceKey(s) }) {
+			return false
+		}
+	}
+	return true
 }
 
 func sourceKey(s source) string { return rootName(s.o.root) + PathString(s.o.path) }
