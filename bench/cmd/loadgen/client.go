@@ -257,20 +257,20 @@ func checkFilter(out []byte, s scenario) (filterOutcome, error) {
 	return o, nil
 }
 
-func checkPrioritize(out []byte, s scenario) error {
+func checkPrioritize(out []byte, want int) error {
 	var res extenderv1.HostPriorityList
 	if err := json.Unmarshal(out, &res); err != nil {
 		return fmt.Errorf("prioritize answer: %w", err)
 	}
-	if len(res) != s.nodes {
-		return fmt.Errorf("prioritize answer has %d hosts, want %d", len(res), s.nodes)
+	if len(res) != want {
+		return fmt.Errorf("prioritize answer has %d hosts, want %d", len(res), want)
 	}
 	return nil
 }
 
-// verbsOf are the requests one measured call of verb sends: a cycle is
-// what kube-scheduler asks per pod, filter then prioritize (here on the
-// same candidates; the scheduler sends prioritize those that passed).
+// verbsOf are the requests one measured call of verb may send: a cycle
+// is what kube-scheduler asks per pod, filter then, when at least two
+// nodes passed, prioritize on those (cycle.go).
 func verbsOf(verb string) []string {
 	if verb == "cycle" {
 		return []string{"filter", "prioritize"}
@@ -278,29 +278,54 @@ func verbsOf(verb string) []string {
 	return []string{verb}
 }
 
-// send is timed for each of verb's requests: their times and answer
-// sizes added, the last answer left in sink.
-func (c *client) send(w *wire, verb string, body []byte, sink *bytes.Buffer) (time.Duration, int, error) {
-	var total time.Duration
-	size := 0
-	for _, v := range verbsOf(verb) {
-		d, n, err := c.timed(w, v, body, sink)
-		if err != nil {
-			return 0, 0, err
-		}
-		total += d
-		size += n
-	}
-	return total, size, nil
+// sent is what one measured call of a verb sent and left in the sink.
+type sent struct {
+	d         time.Duration
+	answer    int // answer bytes, every request's
+	request   int // request bytes, every request's
+	scored    int // nodes sent to a cycle's prioritize (0: not called)
+	last      scenario
+	checkWant int // hosts the last answer must hold (prioritize)
 }
 
-// check checks an answer to verb (for a cycle, its prioritize answer).
-func check(out []byte, s scenario) error {
+// send times verb's requests for pod (body is its filter or prioritize
+// request on the scenario's candidates): their times and sizes added, the
+// last answer left in sink. A cycle's prioritize body is built in pbuf.
+func (c *client) send(w *wire, s scenario, body, pod []byte, sink, pbuf *bytes.Buffer) (sent, error) {
+	if s.verb != "cycle" {
+		d, n, err := c.timed(w, s.verb, body, sink)
+		return sent{d: d, answer: n, request: len(body), last: s, checkWant: s.nodes}, err
+	}
+	d, n, err := c.timed(w, "filter", body, sink)
+	if err != nil {
+		return sent{}, err
+	}
+	out := sent{d: d, answer: n, request: len(body), last: scenario{verb: "filter", full: s.full, nodes: s.nodes}}
+	p, err := passedNodes(sink.Bytes())
+	if err != nil || !p.scored() {
+		return out, err
+	}
+	pbody := p.prioritizeBody(pbuf, pod)
+	d, n, err = c.timed(w, "prioritize", pbody, sink)
+	if err != nil {
+		return sent{}, err
+	}
+	out.d += d
+	out.answer += n
+	out.request += len(pbody)
+	out.scored = p.count
+	out.last, out.checkWant = scenario{verb: "prioritize", full: s.full, nodes: s.nodes}, p.count
+	return out, nil
+}
+
+// check checks an answer to the verb of s: a prioritize answer holds want
+// hosts.
+func check(out []byte, s scenario, want int) error {
 	if s.verb == "filter" {
 		_, err := checkFilter(out, s)
 		return err
 	}
-	return checkPrioritize(out, s)
+	return checkPrioritize(out, want)
 }
 
 // sample is one measured request.
@@ -324,7 +349,10 @@ type workerResult struct {
 	samples   []sample
 	bodyBytes int64
 	respBytes int64
-	err       error
+	// scoredCycles counts a cycle's prioritize calls, scoredNodes the
+	// nodes they were sent.
+	scoredCycles, scoredNodes int64
+	err                       error
 }
 
 // run measures one scenario: a warm-up, then -duration of requests from
@@ -460,16 +488,34 @@ func (c *client) probe(ctx context.Context, s scenario, f *flags, b *perf.Args) 
 	if err := b.Check(body, pod); err != nil {
 		return err
 	}
+	_, err := c.probeAnswers(ctx, s, pod, body)
+	return err
+}
+
+// probeAnswers sends pod's requests of s once, as a measured call would
+// (a cycle's prioritize on the nodes its filter passed, if two or more),
+// checks each answer with the upstream types and returns them by path.
+func (c *client) probeAnswers(ctx context.Context, s scenario, pod perf.Pod, body []byte) (map[string][]byte, error) {
+	answers := map[string][]byte{}
 	for _, v := range verbsOf(s.verb) {
+		want := s.nodes
+		if v == "prioritize" && s.verb == "cycle" {
+			p, err := passedNodes(answers["/filter"])
+			if err != nil || !p.scored() {
+				return answers, err
+			}
+			body, want = p.prioritizeBody(new(bytes.Buffer), pod.JSON), p.count
+		}
 		out, _, err := c.post(ctx, v, body)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := check(out, scenario{verb: v, full: s.full, nodes: s.nodes}); err != nil {
-			return err
+		if err := check(out, scenario{verb: v, full: s.full, nodes: s.nodes}, want); err != nil {
+			return nil, err
 		}
+		answers["/"+v] = out
 	}
-	return nil
+	return answers, nil
 }
 
 // phase sends requests from one worker per stream for d, each worker its
@@ -477,8 +523,6 @@ func (c *client) probe(ctx context.Context, s scenario, f *flags, b *perf.Args) 
 func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []*perf.Stream, d time.Duration, keep bool) []workerResult {
 	results := make([]workerResult, len(streams))
 	deadline := time.Now().Add(d)
-	verbs := verbsOf(s.verb)
-	last := scenario{verb: verbs[len(verbs)-1], full: s.full, nodes: s.nodes}
 	var wg sync.WaitGroup
 	for w := range streams {
 		wg.Add(1)
@@ -494,7 +538,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 				return
 			}
 			defer conn.close()
-			var buf, sink bytes.Buffer
+			var buf, sink, pbuf bytes.Buffer
 			var podBuf []byte
 			gcSample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
@@ -504,22 +548,26 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 				if c.inProcess {
 					gc0 = gcCycles(gcSample)
 				}
-				d, size, err := c.send(conn, s.verb, body, &sink)
+				out, err := c.send(conn, s, body, p.JSON, &sink, &pbuf)
 				gcEnded := c.inProcess && gcCycles(gcSample) != gc0
 				if err != nil {
 					r.err = err
 					return
 				}
 				if n%500 == 0 { // spot-check answers, outside the timed part
-					if err := check(sink.Bytes(), last); err != nil {
+					if err := check(sink.Bytes(), out.last, out.checkWant); err != nil {
 						r.err = err
 						return
 					}
 				}
 				if keep {
-					r.samples = append(r.samples, sample{d: d, oneOff: p.Kind == "one-off", gcEnded: gcEnded})
-					r.bodyBytes += int64(len(body))
-					r.respBytes += int64(size)
+					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gcEnded: gcEnded})
+					r.bodyBytes += int64(out.request)
+					r.respBytes += int64(out.answer)
+					r.scoredNodes += int64(out.scored)
+					if out.scored > 0 {
+						r.scoredCycles++
+					}
 				}
 			}
 		}()
@@ -532,7 +580,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 // samples.
 func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration) (Scenario, error) {
 	var all, oneOff, replicas, quiet []time.Duration
-	var reqBytes, resp int64
+	var reqBytes, resp, scoredCycles, scoredNodes int64
 	gcEnded := 0
 	for _, r := range results {
 		if r.err != nil {
@@ -554,6 +602,8 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		}
 		reqBytes += r.bodyBytes
 		resp += r.respBytes
+		scoredCycles += r.scoredCycles
+		scoredNodes += r.scoredNodes
 	}
 	n := len(all)
 	if n == 0 {
@@ -577,6 +627,12 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 	if f.service == "" {
 		res.GCEndedPercent = math.Round(1000*float64(gcEnded)/float64(n)) / 10
 		res.QuietReplicaP99Ms = ms(percentile(quiet, 0.99))
+	}
+	if s.verb == "cycle" {
+		res.PrioritizedPercent = math.Round(1000*float64(scoredCycles)/float64(n)) / 10
+		if scoredCycles > 0 {
+			res.PrioritizedNodes = math.Round(10*float64(scoredNodes)/float64(scoredCycles)) / 10
+		}
 	}
 	if len(oneOff) > 0 {
 		res.OneOffP50Ms = ms(percentile(oneOff, 0.50))

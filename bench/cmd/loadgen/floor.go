@@ -16,7 +16,8 @@ import (
 // The floor (-floor): what a request costs on this machine without the
 // engine. A server in this process reads each filter or prioritize request
 // whole and answers with the bytes the service gave the probe's pod in the
-// same scenario: the same client, connection, request and answer sizes,
+// same scenario (a cycle's prioritize: on the nodes the probe's filter
+// passed): the same client, connection, request and answer sizes,
 // the same process and heap, no decoding, no policy. Its p99 is the part
 // of a scenario's p99 that the host, the HTTP stack and the load
 // generator take, whatever the engine does.
@@ -70,16 +71,14 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 	for _, res := range rep.Scenarios[:measured] {
 		s := scenario{verb: res.Verb, full: res.Mode == "nodes", nodes: res.Nodes}
 		b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
-		body := b.Build(probePod(f))
-		for _, v := range verbsOf(s.verb) {
-			answer, _, err := c.post(ctx, v, body)
-			if err != nil {
-				return err
-			}
-			fs.mu.Lock()
-			fs.answers["/"+v] = answer
-			fs.mu.Unlock()
+		pod := probePod(f)
+		answers, err := c.probeAnswers(ctx, s, pod, b.Build(pod))
+		if err != nil {
+			return err
 		}
+		fs.mu.Lock()
+		fs.answers = answers
+		fs.mu.Unlock()
 		out, err := fc.run(ctx, s, f)
 		if err != nil {
 			return errors.Join(errors.New("floor "+s.name()), err)

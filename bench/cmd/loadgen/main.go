@@ -87,7 +87,7 @@ func parseFlags() (*flags, error) {
 	fs.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "unmeasured time before each scenario (fills the memo, as a running service's is)")
 	fs.StringVar(&raw.nodes, "nodes", "100,500,5000", "candidate node counts of the names-only (nodeCacheCapable) scenarios; the inventory holds the largest of all node counts")
 	fs.StringVar(&raw.fullNodes, "full-nodes", "100,500", "candidate node counts of the scenarios that send full Node objects (empty: none)")
-	fs.StringVar(&raw.verbs, "verbs", "filter,prioritize", "extender verbs to replay: filter, prioritize, and cycle (filter then prioritize for the same pod, timed together: what kube-scheduler asks per pod; prioritize here gets the same candidates, the scheduler sends it those that passed)")
+	fs.StringVar(&raw.verbs, "verbs", "filter,prioritize", "extender verbs to replay: filter, prioritize, and cycle (filter then prioritize for the same pod, timed together: what kube-scheduler asks per pod; prioritize gets the nodes the filter passed, and is not sent when fewer than two did, as kube-scheduler does)")
 	fs.IntVar(&f.concurrency, "concurrency", 1, "requests in flight (the scheduler sends one at a time)")
 	fs.IntVar(&f.inventory, "inventory", 0, "nodes in the engine's inventory (0: the largest node count of -nodes, -full-nodes and -peer-nodes)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")

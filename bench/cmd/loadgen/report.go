@@ -163,6 +163,11 @@ type Scenario struct {
 	StealPercent  float64 `json:"stealPercent"`
 	RequestBytes  int64   `json:"requestBytes"`
 	ResponseBytes int64   `json:"responseBytes"`
+	// PrioritizedPercent is the share of a cycle scenario's cycles that
+	// called prioritize (at least two nodes passed the filter), and
+	// PrioritizedNodes the mean number of nodes those calls were sent.
+	PrioritizedPercent float64 `json:"prioritizedPercent,omitempty"`
+	PrioritizedNodes   float64 `json:"prioritizedNodes,omitempty"`
 	// EvaluationsPerRequest, MemoHitsPerRequest and MemoMissesPerRequest
 	// are the deltas of the engine's Stats() (Evaluations: Rego queries
 	// run; MemoHits and MemoMisses: (pod, node, constraint) verdicts found
@@ -287,8 +292,8 @@ func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s; evaluation parallelism %s.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor, parallelism)
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
 		oneOff := "-" // no one-off pod among the measured requests
 		if s.OneOffRequests > 0 {
@@ -302,10 +307,14 @@ func printMarkdown(w io.Writer, r *Report) {
 		if s.StealPercent >= 0 {
 			steal = fmt.Sprintf("%.1f", s.StealPercent)
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s |\n",
+		prioritized, scored := "-", "-"
+		if strings.HasSuffix(s.Verb, "cycle") {
+			prioritized, scored = fmt.Sprintf("%.1f", s.PrioritizedPercent), fmt.Sprintf("%.1f", s.PrioritizedNodes)
+		}
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s |\n",
 			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded,
 			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
-			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal)
+			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")
