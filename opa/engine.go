@@ -50,9 +50,11 @@ type Options struct {
 	// DisableMemo evaluates every review (for tests and measurements).
 	DisableMemo bool
 	// Parallelism is how many goroutines one request evaluates the pod's
-	// memo misses on (default GOMAXPROCS; 1: one after the other). The
-	// scheduler waits for each answer, so a pod new to the memo is judged
-	// sooner on idle cores.
+	// memo misses on (default GOMAXPROCS minus one, at least one: one
+	// after the other on two CPUs or fewer). The scheduler waits for each
+	// answer, so on a larger machine a pod new to the memo is judged
+	// sooner on idle cores; on two, handing work to the other core cost
+	// more than it saved (Engine.parallelism).
 	Parallelism int
 	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
 	// to templates. Off by default, as in Gatekeeper: a template cannot

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -167,15 +168,16 @@ func timeWarm(b *testing.B, run func()) {
 }
 
 // streamKinds are the pod streams of the 500-candidate benchmarks:
-// replicas of known ReplicaSets only, and one-off pods only; and one-off
-// pods again with their misses evaluated one after the other on the
-// request's goroutine (Options.Parallelism 1), against the default of
-// every core.
+// replicas of known ReplicaSets only, and one-off pods only, with the
+// engine's default parallelism (GOMAXPROCS minus one: one after the other
+// on two vCPUs); one-off pods again with their misses evaluated one after
+// the other on the request's goroutine (Options.Parallelism 1), and on
+// every core (GOMAXPROCS, the default before the sixteenth session).
 var streamKinds = []struct {
 	name        string
 	share       float64
 	parallelism int
-}{{"replica", 0, 0}, {"one-off", 1, 0}, {"one-off-serial", 1, 1}}
+}{{"replica", 0, 0}, {"one-off", 1, 0}, {"one-off-serial", 1, 1}, {"one-off-all-cores", 1, runtime.GOMAXPROCS(0)}}
 
 // streamEngine is an engine on the realistic mix with 500 kubelet-sized
 // Nodes and the Namespaces, evaluating on parallelism goroutines (0: its

@@ -88,7 +88,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opaConfig, "opa-config", "", "OPA configuration file (YAML or JSON) for the embedded SDK: services, labels, keys, status and decision_logs report to an OPA control plane as any OPA does, every filter, prioritize and bind decision going to the decision log as one record; bundles and discovery are refused")
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
-	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS; 1: one after the other, on the request's own)")
+	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS minus one, at least one; 1: one after the other, on the request's own)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOMEMLIMIT still bounds the heap")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
