@@ -295,9 +295,9 @@ func TestLibraryListElements(t *testing.T) {
 	// reads): AppArmor and seccomp, whose annotation keys are built from
 	// the container's name, only where an annotation key holds the name
 	// (the lookup is checked per pod, opa/internal/analysis/lookupkey.go;
-	// below), or
-	// names in a set that is counted and joined into the message (the
-	// example's privileged pool). The automount template, which compares
+	// below), or the names of the privileged containers in a set that is
+	// counted and joined into the message (the example's privileged pool;
+	// only for the samples with one, below). The automount template, which compares
 	// each mount's path through the library's set of lists inside a
 	// function, no longer is. The other library templates that print
 	// container names (allowed and disallowed repos and tags, image
@@ -310,9 +310,19 @@ func TestLibraryListElements(t *testing.T) {
 	// AppArmor and seccomp re-evaluate only the samples with an
 	// annotation key that holds a container's name (their profile
 	// annotations): those were keyed by the name, their renamed copies are
-	// not. The others keep their class.
-	annotated := 0
+	// not. The privileged pool only those with a privileged container: it
+	// reads the names of the containers its comprehension's test keeps
+	// (opa/internal/analysis, guardElements). The others keep their class.
+	annotated, privileged := 0, 0
 	for _, p := range samples {
+		held := false
+		eachContainer(p, func(c map[string]any) {
+			sc, _ := c["securityContext"].(map[string]any)
+			held = held || (sc["privileged"] != nil && sc["privileged"] != false)
+		})
+		if held {
+			privileged++
+		}
 		ann, _ := p["metadata"].(map[string]any)["annotations"].(map[string]any)
 		named := false
 		eachContainer(p, func(c map[string]any) {
@@ -323,6 +333,9 @@ func TestLibraryListElements(t *testing.T) {
 		if named {
 			annotated++
 		}
+	}
+	if n := reEvaluated["K8sPrivilegedNodePool"]; n > privileged {
+		t.Errorf("K8sPrivilegedNodePool was evaluated again for %d renamed pods, %d of which have a privileged container: the other containers' names should be left out of the key", n, privileged)
 	}
 	for _, k := range []string{"K8sPSPAppArmor", "K8sPSPSeccomp"} {
 		if n := reEvaluated[k]; n > annotated {

@@ -607,7 +607,8 @@ func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]or
 // of env: `c := input.review.object.spec.containers[_]` there makes c an
 // element of the list (Each), so that `{sprintf("%v is privileged",
 // [c.name]) | c := ...containers[_]; c.securityContext.privileged}` reads
-// each container's name and flag rather than every container whole. The
+// each container's flag, and the names of the containers whose flag holds
+// (guardElements), rather than every container whole. The
 // result is a function of the elements' values at the paths read, in
 // order and with the list's length, whatever the comprehension collects.
 // A variable the body shares with the rule around it is bound there
@@ -630,6 +631,7 @@ func (z *analyzer) comprehension(node any, body ast.Body, env map[ast.Var]origin
 	at := z.at
 	for _, e := range body {
 		z.expr(e, inner, seen, depth, nil)
+		z.guardElements(e, env, inner)
 	}
 	z.at = at
 	for _, h := range heads {

@@ -46,7 +46,13 @@
 //     container's ports or mounts: nested Each); a value compared with a
 //     list set's elements forks per list like a binding (listCompare); the
 //     bindings in a comprehension's body make elements, the variables it
-//     shares with the rule around it being bound there (comprehension);
+//     shares with the rule around it being bound there (comprehension),
+//     and what the body and head read of an element after a truth test on
+//     it (`c.securityContext.privileged`, `== true`, `has_field`, or a
+//     function of the element alone made of such tests) is read for the
+//     elements that pass it only (EachWhere; guardElements): the names in
+//     `{sprintf("container %v is privileged", [c.name]) | c :=
+//     containers[_]; privileged(c)}` of the privileged containers;
 //   - a truth test `x[k]` reads the keys of x whose values hold (Keys): the
 //     volume types of `{x | volumes[_][x]}`, not the volumes' names;
 //   - a list set whose definitions only test fields of the element

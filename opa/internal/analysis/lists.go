@@ -396,6 +396,88 @@ func (z *analyzer) listFilter(alt *ast.Term) [][]*ast.Term {
 	return guards
 }
 
+// guardElements narrows, in inner (a comprehension's own bindings), each
+// element its body bound (an origin through Each, not bound before the
+// comprehension) to the elements that pass the truth tests e, the
+// expression just analysed, puts on it (elementGuards): an EachWhere in
+// place of the Each. Rego evaluates a comprehension's body in order for
+// each binding, and its head (which the compiler makes the body's last
+// expressions) only where the whole body held, so what the rest reads of
+// the element it reads of the elements that pass those tests only:
+// `{sprintf("container %v is privileged", [c.name]) | c :=
+// containers[_]; privileged(c)}` reads the names of the privileged
+// containers, and a pod without one is keyed alike whatever its
+// containers are named. What was read before (the tests' own reads)
+// stays read for every element. A test the analysis cannot express is
+// left out of the filter, which then lets more elements through, never
+// fewer.
+func (z *analyzer) guardElements(e *ast.Expr, env, inner map[ast.Var]origin) {
+	for v, o := range inner {
+		n := len(o.path)
+		if _, before := env[v]; before || o.root != Input || !o.exact || n == 0 || !IsEach(o.path[n-1]) {
+			continue
+		}
+		guards := z.elementGuards(e, v, 0)
+		if len(guards) == 0 {
+			continue
+		}
+		path := append([]*ast.Term(nil), o.path...)
+		path[n-1] = EachWhere(append(append([][]*ast.Term(nil), EachFilter(o.path[n-1])...), guards...))
+		o.path = path
+		inner[v] = o
+	}
+}
+
+// maxGuardDepth bounds the functions elementGuards follows into.
+const maxGuardDepth = 3
+
+// elementGuards are the paths below v that e, an expression of a body
+// that binds v, tests for truth when it holds: a lone `v.a.b`, a field
+// test `has_field(v, "a")` (fieldTest), `v.a.b == true` (or `=`), and
+// those of the body of a function called on v alone (`privileged(v)`)
+// when it has one definition, no default and no else, so that the call
+// holds only where that body does. Any other expression gives none.
+func (z *analyzer) elementGuards(e *ast.Expr, v ast.Var, depth int) [][]*ast.Term {
+	if e.Negated || len(e.With) > 0 {
+		return nil
+	}
+	if g, ok := z.fieldTest(e, v); ok {
+		return [][]*ast.Term{g}
+	}
+	if !e.IsCall() {
+		return nil
+	}
+	ops := e.Operands()
+	switch op := e.Operator(); {
+	case (e.IsEquality() || op.Equal(ast.Equal.Ref())) && len(ops) == 2:
+		for i := range 2 {
+			if b, ok := ops[1-i].Value.(ast.Boolean); ok && bool(b) {
+				if g, ok := stringsBelow(ops[i], v); ok {
+					return [][]*ast.Term{g}
+				}
+			}
+		}
+	case len(ops) == 1 && depth < maxGuardDepth:
+		if arg, isVar := ops[0].Value.(ast.Var); !isVar || arg != v {
+			return nil
+		}
+		rules := z.compiler.GetRulesExact(op)
+		if len(rules) != 1 || rules[0].Default || rules[0].Else != nil || len(rules[0].Head.Args) != 1 {
+			return nil
+		}
+		p, isVar := rules[0].Head.Args[0].Value.(ast.Var)
+		if !isVar {
+			return nil
+		}
+		var out [][]*ast.Term
+		for _, be := range rules[0].Body {
+			out = append(out, z.elementGuards(be, p, depth+1)...)
+		}
+		return out
+	}
+	return nil
+}
+
 // fieldTest is e's path below v when e tests it for truth (listFilter).
 func (z *analyzer) fieldTest(e *ast.Expr, v ast.Var) ([]*ast.Term, bool) {
 	if e.Negated || len(e.With) > 0 {

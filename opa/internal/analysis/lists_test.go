@@ -162,9 +162,29 @@ func TestAnalyzeLists(t *testing.T) {
 			reads: []string{"input.review.object.spec.volumes[_].(count)", "input.review.object.spec.volumes[_][_]"},
 		},
 		{
-			name:  "a comprehension's binding makes an element (privileged reasons)",
+			name:  "a comprehension's binding makes an element, read after its test for the elements that pass it (privileged reasons)",
 			rego:  "violation contains {\"msg\": \"x\", \"details\": {\"reasons\": r}} if {\nr := {sprintf(\"container %v\", [c.name]) | c := " + containers + "[_]; c.securityContext.privileged}\ncount(r) > 0\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_ where .securityContext.privileged].name", containers + "[_].securityContext.privileged"},
+		},
+		{
+			name:  "a comprehension's test through a function of the element: its field tests and == true (the realistic privileged pool)",
+			rego:  "violation contains {\"msg\": msg} if {\nr := {sprintf(\"container %v\", [c.name]) | c := " + containers + "[_]; privileged(c)}\ncount(r) > 0\nmsg := concat(\", \", sort(r))\n}\nprivileged(c) if {\nhas_field(c, \"securityContext\")\nc.securityContext.privileged == true\n}\nhas_field(object, field) := true if { object[field] }",
+			reads: []string{containers + "[_].(count)", containers + "[_].(privileged(_) on .securityContext)", containers + "[_ where .securityContext, .securityContext.privileged].name"},
+		},
+		{
+			name:  "only the tests it can tell make the filter: startswith is left out, = true kept",
+			rego:  "violation contains {\"msg\": \"x\", \"details\": {\"r\": r}} if {\nr := {c.name | c := " + containers + "[_]; startswith(c.image, \"x/\"); c.securityContext.privileged = true}\ncount(r) > 0\n}",
+			reads: []string{containers + "[_].(count)", containers + "[_].image", containers + "[_].securityContext.privileged", containers + "[_ where .securityContext.privileged].name"},
+		},
+		{
+			name:  "what is read before the test is read for every element",
+			rego:  "violation contains {\"msg\": \"x\", \"details\": {\"r\": r}} if {\nr := {n | c := " + containers + "[_]; n := c.name; c.securityContext.privileged}\ncount(r) > 0\n}",
 			reads: []string{containers + "[_].(count)", containers + "[_].name", containers + "[_].securityContext.privileged"},
+		},
+		{
+			name:  "a negated test, == false, a function of two definitions or with a default: no filter",
+			rego:  "violation contains {\"msg\": \"x\", \"details\": {\"r\": [a, b, d, f]}} if {\na := {c.name | c := " + containers + "[_]; not c.securityContext.privileged}\nb := {c.image | c := " + containers + "[_]; c.securityContext.privileged == false}\nd := {c.ports | c := " + containers + "[_]; two(c)}\nf := {c.args | c := " + containers + "[_]; dflt(c)}\n}\ntwo(c) if c.securityContext.privileged\ntwo(c) if c.securityContext.runAsRoot\ndefault dflt(_) := false\ndflt(c) if c.securityContext.privileged",
+			reads: []string{containers + "[_].(count)", containers + "[_].name", containers + "[_].image", containers + "[_].ports", containers + "[_].args", containers + "[_].securityContext.privileged", containers + "[_].(two(_) on .securityContext.privileged, .securityContext.runAsRoot)"},
 		},
 		{
 			name:  "a comprehension's variable bound outside it is compared: the list's elements whole",
