@@ -280,12 +280,21 @@ func verbsOf(verb string) []string {
 
 // sent is what one measured call of a verb sent and left in the sink.
 type sent struct {
-	d         time.Duration
-	answer    int // answer bytes, every request's
-	request   int // request bytes, every request's
-	scored    int // nodes sent to a cycle's prioritize (0: not called)
-	last      scenario
-	checkWant int // hosts the last answer must hold (prioritize)
+	d       time.Duration
+	answer  int // answer bytes, every request's
+	request int // request bytes, every request's
+	scored  int // nodes sent to a cycle's prioritize (0: not called)
+	last    scenario
+}
+
+// want is the number of hosts the last answer must hold when it is a
+// prioritize answer: the nodes a cycle's filter passed, else every
+// candidate.
+func (o sent) want() int {
+	if o.scored > 0 {
+		return o.scored
+	}
+	return o.last.nodes
 }
 
 // send times verb's requests for pod (body is its filter or prioritize
@@ -294,7 +303,7 @@ type sent struct {
 func (c *client) send(w *wire, s scenario, body, pod []byte, sink, pbuf *bytes.Buffer) (sent, error) {
 	if s.verb != "cycle" {
 		d, n, err := c.timed(w, s.verb, body, sink)
-		return sent{d: d, answer: n, request: len(body), last: s, checkWant: s.nodes}, err
+		return sent{d: d, answer: n, request: len(body), last: s}, err
 	}
 	d, n, err := c.timed(w, "filter", body, sink)
 	if err != nil {
@@ -314,7 +323,7 @@ func (c *client) send(w *wire, s scenario, body, pod []byte, sink, pbuf *bytes.B
 	out.answer += n
 	out.request += len(pbody)
 	out.scored = p.count
-	out.last, out.checkWant = scenario{verb: "prioritize", full: s.full, nodes: s.nodes}, p.count
+	out.last = scenario{verb: "prioritize", full: s.full, nodes: s.nodes}
 	return out, nil
 }
 
@@ -555,7 +564,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 					return
 				}
 				if n%500 == 0 { // spot-check answers, outside the timed part
-					if err := check(sink.Bytes(), out.last, out.checkWant); err != nil {
+					if err := check(sink.Bytes(), out.last, out.want()); err != nil {
 						r.err = err
 						return
 					}
