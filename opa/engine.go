@@ -164,6 +164,8 @@ type compiledTemplate struct {
 	guards [][]analysis.Guard
 	// helpers are the queries of the helpers its constraints key apart.
 	helpers helperQueries
+	// invReads are the inventory kinds its rules can reach.
+	invReads inventoryReads
 }
 
 type boundConstraint struct {
@@ -198,6 +200,11 @@ type boundConstraint struct {
 	// constraints that print the same pod paths share one per request.
 	podViewSig string
 	nameMsg    *msgSlot
+	// invKinds are the inventory kinds whose generations key its
+	// verdicts, invAny that the whole inventory's generation does
+	// (analysis.Result.InventoryOther; inventorykinds.go).
+	invKinds []*ast.Term
+	invAny   bool
 }
 
 // maxNodeClasses bounds each constraint's table of node classes.
@@ -243,6 +250,14 @@ func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*bound
 		}
 	}
 	bc.podViewSig = podViewSig(bc.podMsgs)
+	if bc.analysis.InventoryOther {
+		bc.invKinds, bc.invAny = keyKinds(ct.invReads, bc.analysis.OtherNodes), ct.invReads.any
+		if len(bc.invKinds) == 0 && !bc.invAny {
+			// The analysis saw an inventory read the references do not
+			// show (a with on data): key on the whole inventory.
+			bc.invAny = true
+		}
+	}
 	if bc.analysis.NodeNameMessage {
 		idx, text := e.ph.of(analysis.Input, analysis.NodeNamePath)
 		bc.nameMsg = &msgSlot{path: analysis.NodeNamePath, quote: bc.analysis.NodeNameQuote, index: idx, text: text}
@@ -314,7 +329,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"inventory"}, ast.NewObject()); err != nil {
 		return nil, fmt.Errorf("initialise inventory: %w", err)
 	}
-	if err := storage.WriteOne(ctx, e.store, storage.AddOp, generationPath[:1], ast.NewObject(ast.Item(ast.StringTerm(generationPath[1]), ast.InternedTerm(0)))); err != nil {
+	if err := storage.WriteOne(ctx, e.store, storage.AddOp, generationPath[:1], ast.NewObject(
+		ast.Item(ast.StringTerm(generationPath[1]), ast.InternedTerm(0)),
+		ast.Item(ast.StringTerm(kindGenerationsPath[1]), ast.ObjectTerm()))); err != nil {
 		return nil, fmt.Errorf("initialise inventory generation: %w", err)
 	}
 	return e, nil
@@ -650,7 +667,7 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 		rules = append(rules, c.Modules[id].Rules...)
 	}
 	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, templateRoot(t.kind), nil),
-		guards: analysis.Guards(rules, templateRoot(t.kind))}
+		guards: analysis.Guards(rules, templateRoot(t.kind)), invReads: inventoryReadsOf(rules)}
 	var err error
 	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.queryRef())))
 	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
@@ -666,20 +683,60 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 }
 
 // writeInventoryChanges writes the inventory changes of a commit: the
-// object counts they change, by kind, and the changes refused.
-func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []Change, view nodeView, raw map[string][]byte) (map[string]int, []*ApplyError) {
-	counts := map[string]int{}
+// object counts they change and the kinds whose stored objects changed,
+// by inventoryKey, and the changes refused.
+func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []Change, view nodeView, raw map[string][]byte) (map[string]int, map[string]bool, []*ApplyError) {
+	counts, changedKinds := map[string]int{}, map[string]bool{}
 	var errs []*ApplyError
 	for _, ch := range inv {
 		ref, _ := changeRef(ch)
-		delta, err := e.writeInventory(ctx, txn, ch, view, raw)
+		delta, changed, err := e.writeInventory(ctx, txn, ch, view, raw)
 		if err != nil {
 			errs = append(errs, &ApplyError{Ref: ref, Err: err})
 			continue
 		}
-		counts[inventoryKey(ref.GroupVersionKind)] += delta
+		key := inventoryKey(ref.GroupVersionKind)
+		counts[key] += delta
+		if changed {
+			changedKinds[key] = true
+		}
 	}
-	return counts, errs
+	return counts, changedKinds, errs
+}
+
+// bumpGenerations writes, in txn, the generations that change with a
+// commit: each changed kind's and, when anything changed, the whole
+// inventory's (recut: the Nodes were cut anew, which changes the Node
+// kind). It returns the whole inventory's new generation.
+func (e *Engine) bumpGenerations(ctx context.Context, txn storage.Transaction, changedKinds map[string]bool, recut bool) (uint64, error) {
+	if recut {
+		changedKinds[nodeKind] = true
+	}
+	if len(changedKinds) == 0 {
+		return e.invGen, nil
+	}
+	gens := e.readKindGenerations(ctx, txn)
+	next := ast.NewObject()
+	if gens != nil {
+		next = gens.Copy()
+	}
+	for k := range changedKinds {
+		n := 1
+		if g := next.Get(ast.StringTerm(k)); g != nil {
+			if i, ok := g.Value.(ast.Number).Int(); ok {
+				n = i + 1
+			}
+		}
+		next.Insert(ast.StringTerm(k), ast.InternedTerm(n))
+	}
+	if err := e.store.Write(ctx, txn, storage.ReplaceOp, kindGenerationsPath, next); err != nil {
+		return 0, fmt.Errorf("store inventory kinds' generations: %w", err)
+	}
+	gen := e.invGen + 1
+	if err := e.store.Write(ctx, txn, storage.ReplaceOp, generationPath, ast.InternedTerm(int(gen)).Value); err != nil {
+		return 0, fmt.Errorf("store inventory generation: %w", err)
+	}
+	return gen, nil
 }
 
 // commit writes policies and inventory in one store transaction and
@@ -721,18 +778,16 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	if !view.all {
 		e.prepareNodeCodec(inv)
 	}
-	counts, invErrs := e.writeInventoryChanges(ctx, txn, inv, view, raw)
+	counts, changedKinds, invErrs := e.writeInventoryChanges(ctx, txn, inv, view, raw)
 	errs = append(errs, invErrs...)
-	gen := e.invGen
-	// Any inventory write, and a re-cut of the Nodes, is a new generation:
-	// what keys on it (signatures, kept answers, the node index) never
-	// sees two contents under one number.
-	if len(inv) > 0 || view.key != e.view.key {
-		gen++
-		if err := e.store.Write(ctx, txn, storage.ReplaceOp, generationPath, ast.InternedTerm(int(gen)).Value); err != nil {
-			e.store.Abort(ctx, txn)
-			return append(errs, &ApplyError{Err: fmt.Errorf("store inventory generation: %w", err)})
-		}
+	// Any change of what the store holds, and a re-cut of the Nodes, is
+	// a new generation: what keys on it (signatures, kept answers, the
+	// node index, verdicts of templates reading the inventory) never sees
+	// two contents under one number; a write that changed nothing keeps it.
+	gen, err := e.bumpGenerations(ctx, txn, changedKinds, view.key != e.view.key)
+	if err != nil {
+		e.store.Abort(ctx, txn)
+		return append(errs, &ApplyError{Err: err})
 	}
 	if next != nil && len(templates) > 0 {
 		plugins.SetCompilerOnContext(params.Context, next.compiler)

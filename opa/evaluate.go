@@ -162,6 +162,8 @@ type storeView struct {
 	txn    storage.Transaction
 	snap   *snapshot
 	invGen ast.Value
+	// kindGens are the inventory kinds' generations (inventorykinds.go).
+	kindGens ast.Object
 }
 
 func (e *Engine) openView(ctx context.Context) (storeView, error) {
@@ -169,7 +171,7 @@ func (e *Engine) openView(ctx context.Context) (storeView, error) {
 	if err != nil {
 		return storeView{}, fmt.Errorf("open store transaction: %w", err)
 	}
-	return storeView{txn: txn, snap: e.snap.Load(), invGen: e.readValue(ctx, txn, generationPath)}, nil
+	return storeView{txn: txn, snap: e.snap.Load(), invGen: e.readValue(ctx, txn, generationPath), kindGens: e.readKindGenerations(ctx, txn)}, nil
 }
 
 // end adds the request's counters to the engine's, returns its scratch
@@ -216,6 +218,7 @@ func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, expla
 	return &request{
 		e: e, ctx: ctx, txn: v.txn, snap: v.snap, in: in,
 		invGen:    ast.NewTerm(v.invGen),
+		kindGens:  v.kindGens,
 		explain:   explain,
 		podReview: ast.NewTerm(in.review),
 	}
@@ -421,6 +424,7 @@ type request struct {
 	txn          storage.Transaction
 	snap         *snapshot
 	invGen       *ast.Term
+	kindGens     ast.Object
 	podReview    *ast.Term
 	in           podInput
 	slots        []nodeSlot
@@ -816,7 +820,7 @@ func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) 
 	}
 	terms = append(terms, pod.key...)
 	if bc.analysis.InventoryOther {
-		terms = append(terms, r.invGen)
+		terms = r.inventoryTerms(terms, bc)
 	}
 	b.key = terms
 	return terms

@@ -25,56 +25,62 @@ func inventoryKey(gvk schema.GroupVersionKind) string {
 }
 
 // writeInventory applies one inventory change inside txn and reports how
-// the object count changed (+1 added, -1 removed, 0 replaced or absent).
+// the object count changed (+1 added, -1 removed, 0 replaced or absent)
+// and whether what the store holds changed. A write of the value the
+// store holds already (a Node whose heartbeat is all that changed, once
+// cut to what policies read; an informer's resync) writes nothing: what
+// keys on the inventory's state stays valid.
 //
 // metadata.managedFields is dropped: it is the bulk of a Node's size, no
 // policy has a reason to read it, and the inventory of a 5000-node cluster
 // must stay small. This is the one place the inventory differs from
 // Gatekeeper's.
-func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change, view nodeView, raw map[string][]byte) (int, error) {
+func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change, view nodeView, raw map[string][]byte) (delta int, changed bool, err error) {
 	ref, _ := changeRef(ch)
 	path := inventoryPath(ref.GroupVersionKind, ref.Namespace, ref.Name)
-	_, err := e.store.Read(ctx, txn, path)
+	old, err := e.store.Read(ctx, txn, path)
 	exists := err == nil
 	if err != nil && !storage.IsNotFound(err) {
-		return 0, fmt.Errorf("read inventory: %w", err)
+		return 0, false, fmt.Errorf("read inventory: %w", err)
 	}
 	if ch.Object == nil {
 		if !exists {
-			return 0, nil
+			return 0, false, nil
 		}
 		if err := e.store.Write(ctx, txn, storage.RemoveOp, path, nil); err != nil {
-			return 0, fmt.Errorf("remove from inventory: %w", err)
+			return 0, false, fmt.Errorf("remove from inventory: %w", err)
 		}
 		if isNode(ref) {
 			raw[ref.Name] = nil
 		}
-		return -1, nil
+		return -1, true, nil
 	}
 	content := withoutManagedFields(ch.Object.Object)
-	if !exists {
-		if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
-			return 0, fmt.Errorf("make inventory path: %w", err)
-		}
-	}
-	op, delta := storage.AddOp, 1
-	if exists {
-		op, delta = storage.ReplaceOp, 0
-	}
+	var value ast.Value
 	if isNode(ref) {
-		if err := e.writeNode(ctx, txn, op, path, ref.Name, content, view, raw); err != nil {
-			return 0, fmt.Errorf("write node: %w", err)
-		}
-		return delta, nil
+		value, err = e.keepNode(ref.Name, content, view, raw)
+	} else {
+		value, err = ast.InterfaceToValue(content)
 	}
-	value, err := ast.InterfaceToValue(content)
 	if err != nil {
-		return 0, fmt.Errorf("convert object: %w", err)
+		return 0, false, fmt.Errorf("convert object: %w", err)
 	}
-	if err := e.store.Write(ctx, txn, op, path, value); err != nil {
-		return 0, fmt.Errorf("write inventory: %w", err)
+	if exists {
+		if held, ok := old.(ast.Value); ok && held.Compare(value) == 0 {
+			return 0, false, nil
+		}
+		if err := e.store.Write(ctx, txn, storage.ReplaceOp, path, value); err != nil {
+			return 0, false, fmt.Errorf("write inventory: %w", err)
+		}
+		return 0, true, nil
 	}
-	return delta, nil
+	if err := storage.MakeDir(ctx, e.store, txn, path[:len(path)-1]); err != nil {
+		return 0, false, fmt.Errorf("make inventory path: %w", err)
+	}
+	if err := e.store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
+		return 0, false, fmt.Errorf("write inventory: %w", err)
+	}
+	return 1, true, nil
 }
 
 // withoutManagedFields is content without metadata.managedFields, as a

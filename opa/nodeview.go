@@ -164,21 +164,19 @@ func copyPath(dst, src map[string]any, path []*ast.Term, whole bool) {
 	}
 }
 
-// writeNode stores a Node as view cuts it and, when the view is a cut,
-// keeps its JSON for later cuts (in raw, applied when the commit is).
-func (e *Engine) writeNode(ctx context.Context, txn storage.Transaction, op storage.PatchOp, path storage.Path, name string, content map[string]any, view nodeView, raw map[string][]byte) error {
+// keepNode gives the value the store keeps of a Node, as view cuts it,
+// and, when the view is a cut, keeps its JSON for later cuts (in raw,
+// applied when the commit is): the whole Node is kept even when its cut
+// is unchanged, so that a later policy reading more sees the newest.
+func (e *Engine) keepNode(name string, content map[string]any, view nodeView, raw map[string][]byte) (ast.Value, error) {
 	if !view.all {
 		b, err := json.Marshal(content)
 		if err != nil {
-			return fmt.Errorf("encode node: %w", err)
+			return nil, fmt.Errorf("encode node: %w", err)
 		}
 		raw[name] = e.nodeCodec(b).Encode(b)
 	}
-	value, err := ast.InterfaceToValue(view.cut(content))
-	if err != nil {
-		return fmt.Errorf("convert object: %w", err)
-	}
-	return e.store.Write(ctx, txn, op, path, value)
+	return ast.InterfaceToValue(view.cut(content))
 }
 
 // nodeCodec is the codec of the kept Nodes, made on first use with

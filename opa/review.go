@@ -101,7 +101,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	targets := reviewTargets(req, gvk, namespace)
 
 	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
-		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath))}
+		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath)), kindGens: e.readKindGenerations(ctx, txn)}
 	defer r.addStats()
 	var out []Violation
 	for order, bc := range snap.constraints {
