@@ -3,7 +3,9 @@ package perf
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,9 +15,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // The service as it ships: the opa-scheduler-extender binary run as its
@@ -26,26 +30,127 @@ import (
 // WritePolicyDir writes one file per template with its constraints, the
 // namespaces in one file and the nodes in files of 250, made one at a time.
 func WritePolicyDir(dir string, ps []Policy, size NodeSize, nodes int) error {
+	if err := writePolicies(dir, ps); err != nil {
+		return err
+	}
+	_, err := WriteNodeFolder(dir, size, nodes, 250)
+	return err
+}
+
+func writePolicies(dir string, ps []Policy) error {
 	for i, p := range ps {
 		objs := append([]*unstructured.Unstructured{p.Template}, p.Constraints...)
 		if err := writeYAML(filepath.Join(dir, "policies", fmt.Sprintf("%03d.yaml", i)), objs); err != nil {
 			return err
 		}
 	}
-	if err := writeYAML(filepath.Join(dir, "inventory", "namespaces.yaml"), Namespaces()); err != nil {
+	return writeYAML(filepath.Join(dir, "inventory", "namespaces.yaml"), Namespaces())
+}
+
+// WritePolicyDirLayout is WritePolicyDir with the Nodes laid out perFile
+// to a file (0: all in one file, as `kubectl get nodes -o yaml` writes
+// them), and the NodeFolder that rewrites them.
+func WritePolicyDirLayout(dir string, ps []Policy, size NodeSize, nodes, perFile int) (*NodeFolder, error) {
+	if err := writePolicies(dir, ps); err != nil {
+		return nil, err
+	}
+	return WriteNodeFolder(dir, size, nodes, perFile)
+}
+
+// NodeFolder is the Nodes of a policy folder, perFile to a file (0: one
+// file, a `kind: List` in YAML as kubectl writes it), which Update
+// rewrites as a living cluster changes them.
+type NodeFolder struct {
+	dir     string
+	size    NodeSize
+	nodes   int
+	perFile int
+	kind    ChurnKind
+	mu      sync.Mutex
+	updates map[int]int // node -> the update its file holds
+}
+
+// WriteNodeFolder writes the Nodes under dir/inventory.
+func WriteNodeFolder(dir string, size NodeSize, nodes, perFile int) (*NodeFolder, error) {
+	f := &NodeFolder{dir: filepath.Join(dir, "inventory"), size: size, nodes: nodes, perFile: perFile, kind: ChurnHeartbeat, updates: map[int]int{}}
+	if perFile <= 0 {
+		return f, f.writeList()
+	}
+	for first := 0; first < nodes; first += perFile {
+		if err := f.writeFile(first); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// SetKind sets what Update changes.
+func (f *NodeFolder) SetKind(k ChurnKind) { f.kind = k }
+
+// Update rewrites the file of node i with the node at update k (and its
+// other nodes as they were), through a hidden temporary file renamed over
+// it, so that the folder never holds a half-written file. The one-file
+// layout is not rewritten per update: 49 MB for a heartbeat is no
+// cluster's way.
+func (f *NodeFolder) Update(_ context.Context, i, k int) error {
+	if f.perFile <= 0 {
+		return errors.New("the one-file layout is measured still: node updates need files of a few Nodes (-node-files)")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates[i] = k
+	return f.writeFile(i - i%f.perFile)
+}
+
+func (f *NodeFolder) writeFile(first int) error {
+	var objs []*unstructured.Unstructured
+	for i := first; i < min(first+f.perFile, f.nodes); i++ {
+		objs = append(objs, f.size.UpdatedNode(i, f.updates[i], f.kind))
+	}
+	name := fmt.Sprintf("nodes-%05d.yaml", first)
+	tmp := filepath.Join(f.dir, "."+name+".tmp")
+	if err := writeYAML(tmp, objs); err != nil {
 		return err
 	}
-	const perFile = 250
-	for first := 0; first < nodes; first += perFile {
-		var objs []*unstructured.Unstructured
-		for i := first; i < min(first+perFile, nodes); i++ {
-			objs = append(objs, size.Node(i))
+	return os.Rename(tmp, filepath.Join(f.dir, name))
+}
+
+// writeList writes every Node into one file, as `kubectl get nodes -o
+// yaml > nodes.yaml` does: a v1 List of the items, in YAML.
+func (f *NodeFolder) writeList() error {
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(filepath.Join(f.dir, "nodes.yaml"))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(out)
+	fmt.Fprintln(w, "apiVersion: v1\nitems:")
+	for i := range f.nodes {
+		y, err := yaml.Marshal(f.size.Node(i).Object)
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("node %d: %w", i, err)
 		}
-		if err := writeYAML(filepath.Join(dir, "inventory", fmt.Sprintf("nodes-%05d.yaml", first)), objs); err != nil {
-			return err
+		// An item of the list: "- " before its first line, two spaces
+		// before the others.
+		for j, line := range bytes.Split(bytes.TrimSuffix(y, []byte("\n")), []byte("\n")) {
+			if j == 0 {
+				w.WriteString("- ")
+			} else {
+				w.WriteString("  ")
+			}
+			w.Write(line)
+			w.WriteByte('\n')
 		}
 	}
-	return nil
+	fmt.Fprintln(w, "kind: List\nmetadata:\n  resourceVersion: \"\"")
+	if err := w.Flush(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // writeYAML writes objects as a multi-document YAML file (each document in

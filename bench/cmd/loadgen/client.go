@@ -57,6 +57,8 @@ type client struct {
 	memory func() (Memory, error)
 	// nodeSize is the Node objects full-node scenarios send.
 	nodeSize perf.NodeSize
+	// churn writes Node updates while the scenarios run (-churn).
+	churn *perf.Churn
 	// noMetrics: the server has no /metrics of the service's (the floor).
 	noMetrics bool
 	// inProcess: the server runs in this process (its collections are
@@ -397,9 +399,11 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		return Scenario{}, err
 	}
 	steal0, stealOK := perf.StealTicks()
+	updates0 := c.churn.Written()
 	start := time.Now()
 	results := c.phase(ctx, s, b, streams, f.duration, true)
 	elapsed := time.Since(start)
+	updates := c.churn.Written() - updates0
 	if err := stopTrace(); err != nil {
 		return Scenario{}, err
 	}
@@ -417,6 +421,7 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		return Scenario{}, err
 	}
 	n := float64(res.Requests)
+	res.NodeUpdatesPerSecond = math.Round(float64(updates)/elapsed.Seconds()*10) / 10
 	res.AllocsPerRequest = float64(after.mallocs-before.mallocs) / n
 	res.BytesPerRequest = float64(after.allocBytes-before.allocBytes) / n
 	res.GCs = uint32(after.gcs - before.gcs)
@@ -626,7 +631,7 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		Name: s.name(), Verb: s.verb, Mode: s.mode(), Nodes: s.nodes, Concurrency: f.concurrency,
 		Requests: n, Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
 		P50Ms: ms(percentile(all, 0.50)), P90Ms: ms(percentile(all, 0.90)), P99Ms: ms(percentile(all, 0.99)),
-		MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
+		P999Ms: ms(percentile(all, 0.999)), MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
 		OneOffRequests: len(oneOff),
 		ReplicaP99Ms:   ms(percentile(replicas, 0.99)),
 		GCEndedPercent: -1,

@@ -74,6 +74,13 @@ type flags struct {
 	service string
 	// floor: time the scenarios against a server without the engine too.
 	floor bool
+	// churn is how many Node updates a second are written during the
+	// scenarios (0: a still cluster), churnKind what they change;
+	// nodeFiles how many Nodes one file of -service's folder holds (0:
+	// all in one kind: List file).
+	churn     float64
+	churnKind perf.ChurnKind
+	nodeFiles int
 }
 
 func parseFlags() (*flags, error) {
@@ -111,6 +118,9 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: GOGC alone); with -service, passed to the service when given")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on, as the service's --eval-parallelism sets it (0: the engine's default, GOMAXPROCS); with -service, passed to the service when given")
+	fs.Float64Var(&f.churn, "churn", 0, "Node updates per second written while the scenarios run (warm-ups included), as a living cluster writes them: in process through the engine's Apply, with -service by rewriting the node's file in the policy folder (0: a still cluster)")
+	fs.StringVar(&raw.churnKind, "churn-kind", string(perf.ChurnHeartbeat), `what a Node update changes: "heartbeat" (the conditions' heartbeat times and the resourceVersion, as a kubelet's status report) or "labels" (a heartbeat that also flips the maintenance label the realistic set reads)`)
+	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	fs.Visit(func(fl *flag.Flag) {
 		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
@@ -130,7 +140,7 @@ func parseFlags() (*flags, error) {
 
 // rawFlags are the flags given as text, which parseLists reads.
 type rawFlags struct {
-	nodes, fullNodes, peerNodes, verbs, nodeSize, footprintSets string
+	nodes, fullNodes, peerNodes, verbs, nodeSize, footprintSets, churnKind string
 }
 
 // parseLists reads the flags given as lists and names into f.
@@ -151,6 +161,9 @@ func (f *flags) parseLists(raw rawFlags) error {
 	}
 	if f.nodeSize, err = perf.ParseNodeSize(raw.nodeSize, perf.DefaultNodeSize(f.policySet)); err != nil {
 		return fmt.Errorf("-node-size: %w", err)
+	}
+	if f.churnKind, err = perf.ParseChurnKind(raw.churnKind); err != nil {
+		return fmt.Errorf("-churn-kind: %w", err)
 	}
 	for _, set := range strings.Split(raw.footprintSets, ",") {
 		if set = strings.TrimSpace(set); set == "" {
@@ -182,6 +195,12 @@ func (f *flags) parseLists(raw rawFlags) error {
 func (f *flags) check() error {
 	if f.evalParallelism < 0 {
 		return fmt.Errorf("-eval-parallelism %d: want 0 or more", f.evalParallelism)
+	}
+	if f.churn < 0 {
+		return errors.New("-churn must be 0 or more updates per second")
+	}
+	if f.churn > 0 && f.service != "" && f.nodeFiles <= 0 {
+		return errors.New("-churn with -service needs -node-files > 0: the one-file layout is measured still")
 	}
 	if f.concurrency < 1 {
 		return errors.New("-concurrency must be at least 1")
@@ -282,7 +301,13 @@ func run() error {
 			logf("server: %v", err)
 		}
 	}()
-	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory)
+	churn := &perf.Churn{Rate: f.churn, Nodes: nInv, Write: func(ctx context.Context, node, update int) error {
+		if errs := env.engine.Apply(ctx, []opa.Change{{Object: f.nodeSize.UpdatedNode(node, update, f.churnKind)}}); len(errs) > 0 {
+			return errs[0]
+		}
+		return nil
+	}}
+	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory, churn)
 	if err != nil {
 		return err
 	}
@@ -349,9 +374,11 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := perf.WritePolicyDir(dir, ps, f.nodeSize, n); err != nil {
+	folder, err := perf.WritePolicyDirLayout(dir, ps, f.nodeSize, n, f.nodeFiles)
+	if err != nil {
 		return fmt.Errorf("write policy folder: %w", err)
 	}
+	folder.SetKind(f.churnKind)
 	var extra []string
 	if f.gcHeapFloorSet {
 		extra = append(extra, "--gc-heap-floor-bytes="+strconv.FormatInt(f.gcHeapFloor, 10))
@@ -376,7 +403,8 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 		NodeJSONBytes: meanNodeJSON(f.nodeSize, n), Seconds: time.Since(start).Seconds(), Memory: m, Service: f.service}
 	logf("service %s loaded %d templates, %d constraints, %d nodes in %.1fs (folder written and read); RSS %.1f MiB",
 		f.service, rep.Load.Templates, rep.Load.Constraints, n, rep.Load.Seconds, m.RSSMiB)
-	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory); err != nil {
+	churn := &perf.Churn{Rate: f.churn, Nodes: n, Write: folder.Update}
+	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn); err != nil {
 		return err
 	}
 	return finish(f, rep)
@@ -385,11 +413,20 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 // measure runs the scenarios against the server at base, reading its
 // counters and memory with the functions given, and records its memory
 // after them.
-func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error)) (*client, error) {
+func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error), churn *perf.Churn) (*client, error) {
 	c := newClient(base, f.concurrency)
-	c.counters, c.memory, c.nodeSize, c.inProcess = readCounters, mem, f.nodeSize, f.service == ""
-	if err := runScenarios(ctx, f, c, rep); err != nil {
+	c.counters, c.memory, c.nodeSize, c.inProcess, c.churn = readCounters, mem, f.nodeSize, f.service == "", churn
+	churn.Start(ctx)
+	err := runScenarios(ctx, f, c, rep)
+	written, churnErr := churn.Stop()
+	if err != nil {
 		return nil, err
+	}
+	if churnErr != nil {
+		return nil, churnErr
+	}
+	if f.churn > 0 {
+		logf("%d Node updates written (%s)", written, f.churnKind)
 	}
 	if m, err := mem(); err == nil {
 		rep.Checkpoints = append(rep.Checkpoints, Checkpoint{After: "all scenarios", Requests: requestsSoFar(rep), Memory: m})
@@ -434,8 +471,8 @@ func runScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
-		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req",
-			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest)
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req  %5.1f node updates/s",
+			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.P999Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest, res.NodeUpdatesPerSecond)
 		if res.EvalErrorsPerRequest > 0 {
 			logf("%s: %.1f evaluation errors per request (failing templates, or the service's request timeout)", res.Name, res.EvalErrorsPerRequest)
 		}

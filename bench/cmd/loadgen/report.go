@@ -70,6 +70,12 @@ type Config struct {
 	// EvalParallelism is the engine's Options.Parallelism (0: its
 	// default, GOMAXPROCS; -1: the -service binary's own default).
 	EvalParallelism int `json:"evalParallelism"`
+	// Churn is the Node updates a second written during the scenarios,
+	// ChurnKind what they change; NodeFiles the Nodes per file of the
+	// -service folder (0: one kind: List file).
+	Churn     float64 `json:"churn"`
+	ChurnKind string  `json:"churnKind,omitempty"`
+	NodeFiles int     `json:"nodeFiles,omitempty"`
 }
 
 func (f *flags) config() Config {
@@ -85,6 +91,12 @@ func (f *flags) config() Config {
 	c.EvalParallelism = f.evalParallelism
 	if f.service != "" && !f.evalParallelismSet {
 		c.EvalParallelism = -1
+	}
+	if f.churn > 0 {
+		c.Churn, c.ChurnKind = f.churn, string(f.churnKind)
+	}
+	if f.service != "" {
+		c.NodeFiles = f.nodeFiles
 	}
 	return c
 }
@@ -126,8 +138,12 @@ type Scenario struct {
 	P50Ms       float64 `json:"p50Ms"`
 	P90Ms       float64 `json:"p90Ms"`
 	P99Ms       float64 `json:"p99Ms"`
+	P999Ms      float64 `json:"p999Ms"`
 	MaxMs       float64 `json:"maxMs"`
-	MeanMs      float64 `json:"meanMs"`
+	// NodeUpdatesPerSecond is the Node updates written while the
+	// scenario was measured (-churn), per second.
+	NodeUpdatesPerSecond float64 `json:"nodeUpdatesPerSecond"`
+	MeanMs               float64 `json:"meanMs"`
 	// ServerMeanMs is the service's own mean (its request_duration_seconds
 	// histogram's sum/count over the measured requests): handler start to
 	// answer written, without the client and the connection.
@@ -292,8 +308,8 @@ func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s; evaluation parallelism %s.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor, parallelism)
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
 		oneOff := "-" // no one-off pod among the measured requests
 		if s.OneOffRequests > 0 {
@@ -311,10 +327,10 @@ func printMarkdown(w io.Writer, r *Report) {
 		if strings.HasSuffix(s.Verb, "cycle") {
 			prioritized, scored = fmt.Sprintf("%.1f", s.PrioritizedPercent), fmt.Sprintf("%.1f", s.PrioritizedNodes)
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s |\n",
-			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded,
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s | %.1f |\n",
+			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded,
 			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
-			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored)
+			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored, s.NodeUpdatesPerSecond)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")

@@ -71,6 +71,7 @@ var (
 	setupsRE   = flag.String("setups", "", "run only the setups whose names match this regular expression (the warm-up always runs)")
 	defaultQPS = flag.Bool("default-qps", true, "also run the setups at the scheduler's default client QPS")
 	rounds     = flag.Int("rounds", 1, "run the qps 5000 setups this many times, alternately; ratios are reported per round and as the median")
+	churnRate  = flag.Float64("churn", 0, "Node status updates a second written through the API server during every run, as kubelets' heartbeats (0: a still cluster)")
 )
 
 type result struct {
@@ -84,6 +85,9 @@ type result struct {
 	Round int `json:"round,omitempty"`
 	// Engine is the service's evaluation counters during this run (service setups only).
 	Engine *engineDelta `json:"engine,omitempty"`
+	// NodeUpdatesPerSec are the Node status updates written during the
+	// run (-churn), per second.
+	NodeUpdatesPerSec float64 `json:"nodeUpdatesPerSecond,omitempty"`
 }
 
 type engineDelta struct {
@@ -135,8 +139,13 @@ func TestSchedulerThroughput(t *testing.T) {
 		t.Logf("kubelet-sized nodes: %d bytes of JSON on average (first 20)", total/20)
 	}
 	start := time.Now()
-	if _, err := c.CreateNodes(ctx, *numNodes, mkNode); err != nil {
+	nodes, err := c.CreateNodes(ctx, *numNodes, mkNode)
+	if err != nil {
 		t.Fatal(err)
+	}
+	var nodeNames []string
+	for _, n := range nodes {
+		nodeNames = append(nodeNames, n.Name)
 	}
 	t.Logf("%d %s nodes created in %v", *numNodes, nodeKind, time.Since(start).Round(time.Millisecond))
 
@@ -170,9 +179,10 @@ func TestSchedulerThroughput(t *testing.T) {
 		{"plugin build (OPAGatekeeper)", nil, *numPods, true},
 		{"no-op extender (names)", ext(noopURL, true), *numPods, false},
 		{"opa-scheduler-extender (names)", ext(svcURL, true), *numPods, false},
+		{"no-op extender (full nodes)", ext(noopURL, false), *fullPods, false},
 		{"opa-scheduler-extender (full nodes)", ext(svcURL, false), *fullPods, false},
 	}
-	env := &runEnv{c: c, set: set, engine: engine, svcURL: svcURL, pluginBin: pluginBin, nsLabels: nsLabels, mkPod: mkPod}
+	env := &runEnv{c: c, set: set, engine: engine, svcURL: svcURL, pluginBin: pluginBin, nsLabels: nsLabels, mkPod: mkPod, nodeNames: nodeNames}
 	only, err := regexp.Compile(*setupsRE)
 	if err != nil {
 		t.Fatalf("-setups: %v", err)
@@ -222,6 +232,7 @@ func report(t *testing.T, set, nodeKind string, templates, constraints int, resu
 			at := func(setup string) float64 { return byKey[fmt.Sprintf("%s|%s|%d", setup, q, round)] }
 			none, noop, svc := at("no extender"), at("no-op extender (names)"), at("opa-scheduler-extender (names)")
 			plugin := at("plugin build (OPAGatekeeper)")
+			noopFull, svcFull := at("no-op extender (full nodes)"), at("opa-scheduler-extender (full nodes)")
 			label := "qps " + q
 			if round > 0 {
 				label += fmt.Sprintf(", round %d", round)
@@ -230,7 +241,7 @@ func report(t *testing.T, set, nodeKind string, templates, constraints int, resu
 			for _, x := range []struct {
 				name     string
 				num, den float64
-			}{{"service/no-op", svc, noop}, {"service/none", svc, none}, {"no-op/none", noop, none}, {"plugin/none", plugin, none}} {
+			}{{"service/no-op", svc, noop}, {"service/none", svc, none}, {"no-op/none", noop, none}, {"plugin/none", plugin, none}, {"service/no-op (full nodes)", svcFull, noopFull}} {
 				if x.num > 0 && x.den > 0 {
 					parts = append(parts, fmt.Sprintf("%s = %.2f", x.name, x.num/x.den))
 					ratios[q+"|"+x.name] = append(ratios[q+"|"+x.name], x.num/x.den)
@@ -243,7 +254,7 @@ func report(t *testing.T, set, nodeKind string, templates, constraints int, resu
 	}
 	if maxRound > 1 {
 		var parts []string
-		for _, name := range []string{"service/no-op", "service/none", "no-op/none", "plugin/none"} {
+		for _, name := range []string{"service/no-op", "service/none", "no-op/none", "plugin/none", "service/no-op (full nodes)"} {
 			if rs := ratios["5000/5000|"+name]; len(rs) > 0 {
 				parts = append(parts, fmt.Sprintf("%s = %.2f (rounds %s)", name, median(rs), formatRatios(rs)))
 			}
@@ -302,6 +313,8 @@ type runEnv struct {
 	pluginBin string
 	nsLabels  map[string]string
 	mkPod     func(ns string, i int) *corev1.Pod
+	// nodeNames are the cluster's Nodes, which -churn updates.
+	nodeNames []string
 }
 
 // createPending creates namespace ns with n pending pods and returns the
@@ -343,10 +356,15 @@ func (env *runEnv) runSetup(t *testing.T, s setup, qpsName string, qps, burst in
 	}
 	before := env.engine.Stats()
 	runStart := time.Now()
+	churn := c.StartNodeChurn(*churnRate, env.nodeNames)
 	sched := c.StartScheduler(t, opts)
 	profiled := profileScheduler(t, sched, s.name, qpsName)
 	first, last, bound := waitBound(t, c, ns, rv, s.pods, 10*time.Minute)
 	<-profiled
+	written, failed, churnErr := churn.Stop()
+	if failed > 0 {
+		t.Errorf("%s: %d of %d Node updates failed, the last: %v", s.name, failed, written+failed, churnErr)
+	}
 	var pluginEvals float64
 	if s.plugin {
 		pluginEvals = scrapeEvaluations(t, sched)
@@ -356,6 +374,9 @@ func (env *runEnv) runSetup(t *testing.T, s setup, qpsName string, qps, burst in
 	n := len(bound)
 	after := env.engine.Stats()
 	r = result{PolicySet: set, Setup: s.name, QPS: qpsName, Pods: n, Seconds: last.Sub(first).Seconds()}
+	if written > 0 {
+		r.NodeUpdatesPerSec = float64(written) / time.Since(runStart).Seconds()
+	}
 	if n > 1 && r.Seconds > 0 {
 		r.PodsPerSec = float64(n-1) / r.Seconds
 	}
@@ -378,7 +399,7 @@ func (env *runEnv) runSetup(t *testing.T, s setup, qpsName string, qps, burst in
 			t.Errorf("%s, qps %s: %d pods bound where a deny placement constraint forbids them", s.name, qpsName, off)
 		}
 	}
-	t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v)%s", set, s.name, qpsName, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), evals)
+	t.Logf("[%s] %-38s qps %-15s %5d pods in %6.2fs: %7.1f pods/s (run %v, %.1f Node updates/s)%s", set, s.name, qpsName, n, r.Seconds, r.PodsPerSec, time.Since(runStart).Round(time.Second), r.NodeUpdatesPerSec, evals)
 	if n != s.pods {
 		t.Errorf("%s, qps %s: %d of %d pods bound", s.name, qpsName, n, s.pods)
 	}
@@ -601,6 +622,10 @@ func startNoop(t *testing.T) string {
 		var names []string
 		if args.NodeNames != nil {
 			names = *args.NodeNames
+		} else if args.Nodes != nil {
+			for _, n := range args.Nodes.Items {
+				names = append(names, n.Name)
+			}
 		}
 		out := make(extenderv1.HostPriorityList, len(names))
 		for i, n := range names {
