@@ -146,6 +146,16 @@ type snapshot struct {
 	compiler    *ast.Compiler
 	templates   map[string]*compiledTemplate // by kind
 	constraints []*boundConstraint           // sorted by key
+	// view is what its constraints read of a candidate Node (nodeView).
+	viewOnce sync.Once
+	view     nodeView
+}
+
+// nodeView is what the policy set's constraints read of a candidate Node:
+// a request's own Nodes are cut to it.
+func (s *snapshot) nodeView() nodeView {
+	s.viewOnce.Do(func() { s.view = viewOf(s.constraints) })
+	return s.view
 }
 
 type compiledTemplate struct {

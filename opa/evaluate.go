@@ -372,29 +372,32 @@ func (r *request) candidates(cands []Candidate) error {
 	inventoryNodes, _ := r.e.readValue(r.ctx, r.txn, nodeGV).(ast.Object)
 	index := r.e.nodeIndex.of(r.invGen.Value, inventoryNodes, len(cands))
 	nameKey := &ast.Term{} // one lookup key for all candidates
-	for i, c := range cands {
-		r.slots[i].name = c.Name
-		if c.Object != nil {
-			v, err := ast.InterfaceToValue(withTypeMeta(c.Object, schema.GroupVersionKind{Version: "v1", Kind: "Node"}))
-			if err != nil {
-				return fmt.Errorf("convert node %s: %w", c.Name, err)
-			}
-			if _, ok := v.(ast.Object); !ok {
-				return fmt.Errorf("node %s is not an object", c.Name)
-			}
-			r.slots[i].value = v
-			r.slots[i].fromRequest = true
-			r.override = true
-		} else if index != nil {
-			r.slots[i].value = index.byName[c.Name]
-		} else if inventoryNodes != nil {
-			nameKey.Value = ast.String(c.Name)
+	known := func(name string) ast.Value {
+		if index != nil {
+			return index.byName[name]
+		}
+		if inventoryNodes != nil {
+			nameKey.Value = ast.String(name)
 			if t := inventoryNodes.Get(nameKey); t != nil {
 				if _, ok := t.Value.(ast.Object); ok {
-					r.slots[i].value = t.Value
+					return t.Value
 				}
 			}
 		}
+		return nil
+	}
+	for i, c := range cands {
+		s := &r.slots[i]
+		s.name = c.Name
+		if c.Object == nil {
+			s.value = known(c.Name)
+			continue
+		}
+		var err error
+		if s.value, s.fromRequest, err = r.requestNode(c.Name, c.Object, known(c.Name)); err != nil {
+			return err
+		}
+		r.override = true
 	}
 	if r.override {
 		nodes := ast.NewObject()
@@ -406,6 +409,28 @@ func (r *request) candidates(cands []Candidate) error {
 		r.nodes = ast.NewTerm(nodes)
 	}
 	return nil
+}
+
+// requestNode is the value a Node sent with the request stands for: cut to
+// what the request's policy set reads of a candidate (so that converting
+// it costs what the policies read, not the whole Node), and the
+// inventory's own value when that is equal: a Node the inventory holds as
+// the scheduler sent it then shares the inventory Node's remembered node
+// classes, and costs a class lookup, not a projection or an evaluation.
+// fromRequest reports that the value is the request's own.
+func (r *request) requestNode(name string, obj map[string]any, known ast.Value) (ast.Value, bool, error) {
+	content := r.snap.nodeView().cut(withoutManagedFields(withTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
+	v, err := ast.InterfaceToValue(content)
+	if err != nil {
+		return nil, false, fmt.Errorf("convert node %s: %w", name, err)
+	}
+	if _, ok := v.(ast.Object); !ok {
+		return nil, false, fmt.Errorf("node %s is not an object", name)
+	}
+	if known != nil && known.Compare(v) == 0 {
+		return known, false, nil
+	}
+	return v, true, nil
 }
 
 // request is the state of one Evaluate call.
@@ -696,9 +721,13 @@ func (r *request) since(t time.Time) time.Duration {
 	return 0
 }
 
+// memoOK reports whether bc's verdicts may come from the memo. Nodes sent
+// with a request stand in for the inventory's Nodes: a template that
+// reads Nodes other than the candidate sees the request's, which no key
+// holds; one that reads other kinds keys on their generations as ever.
 func (r *request) memoOK(bc *boundConstraint) bool {
 	a := bc.analysis
-	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.InventoryOther) && keysDistinct(r.podReview, a.DistinctKeys)
+	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.OtherNodes) && keysDistinct(r.podReview, a.DistinctKeys)
 }
 
 // keysDistinct reports whether the review's values at each group's paths

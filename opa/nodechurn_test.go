@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,26 @@ func (c *churnCluster) all() []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for i := range c.labels {
 		out = append(out, c.object(i))
+	}
+	return out
+}
+
+// sent are the cluster's Nodes as a request carries them
+// (nodeCacheCapable: false): every third one with a label changed since
+// the inventory saw it.
+func (c *churnCluster) sent(round int) []opa.Candidate {
+	var out []opa.Candidate
+	for i := range c.labels {
+		if c.gone[i] {
+			continue
+		}
+		n := c.object(i)
+		if (i+round)%3 == 0 {
+			labels := n.GetLabels()
+			labels["zone"], labels["ready"] = "b", "true"
+			n.SetLabels(labels)
+		}
+		out = append(out, opa.Candidate{Name: c.name(i), Object: n.Object})
 	}
 	return out
 }
@@ -218,6 +239,7 @@ func TestNodeChurnKeepsVerdicts(t *testing.T) {
 			runChurnStep(t, rng, c, memo, exact)
 			for _, p := range churnPods(round) {
 				sameAsWithoutMemo(t, memo, exact, p, c.candidates())
+				sameAsWithoutMemo(t, memo, exact, p, c.sent(round))
 			}
 		}
 	}
@@ -300,4 +322,57 @@ func FuzzNodeChurn(f *testing.F) {
 			sameAsWithoutMemo(t, memo, exact, pod([]string{"alpha", "beta"}[step%2], fmt.Sprintf("f-%d", step)), c.candidates())
 		}
 	})
+}
+
+// TestRequestNodesShareInventoryClasses: Nodes sent with a request (the
+// scheduler's nodeCacheCapable: false) that equal, in what the policies
+// read, the inventory's Nodes of the same names cost no evaluation once
+// the inventory's classes are known, whatever else differs (heartbeats,
+// managedFields); a sent Node that differs in a read label is judged as
+// sent. Verdicts equal an engine's without memo.
+func TestRequestNodesShareInventoryClasses(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	c := newChurnCluster(30, rng)
+	memo, exact := churnEngines(t, c, map[string]string{"K8sTenantNode": tenantNodeRego, "K8sNamespaceTier": namespaceTierRego})
+	sent := func(mutate func(i int, n *unstructured.Unstructured)) []opa.Candidate {
+		out := c.candidates()
+		for i := range out {
+			n := churnNode(c.name(i), c.labels[i], c.heartbeat[i]+100)
+			n.SetManagedFields(nil)
+			n.Object["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"manager": "kubelet", "operation": "Update"}}
+			if mutate != nil {
+				mutate(i, n)
+			}
+			out[i].Object = n.Object
+		}
+		return out
+	}
+	for _, p := range churnPods(0) { // the inventory's classes, by name
+		sameAsWithoutMemo(t, memo, exact, p, c.candidates())
+	}
+	cands := sent(nil)
+	if n := evaluations(memo, func() {
+		for _, p := range churnPods(1) {
+			sameAsWithoutMemo(t, memo, exact, p, cands)
+		}
+	}); n != 0 {
+		t.Fatalf("Nodes sent as the inventory holds them cost %d evaluations, want 0", n)
+	}
+	flipped := sent(func(i int, n *unstructured.Unstructured) {
+		if i%10 == 0 {
+			labels := n.GetLabels()
+			labels["tenant"] = "sent-" + labels["tenant"]
+			n.SetLabels(labels)
+		}
+	})
+	for _, p := range churnPods(2) {
+		got := sameAsWithoutMemo(t, memo, exact, p, flipped)
+		found := false
+		for _, line := range got {
+			found = found || strings.Contains(line, "tenant sent-")
+		}
+		if !found {
+			t.Fatalf("a sent Node's own label is not what the policy saw: %q", got)
+		}
+	}
 }
