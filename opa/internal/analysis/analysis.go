@@ -10,8 +10,14 @@ import (
 type origin struct {
 	root Root
 	path []*ast.Term
-	// value is the constant's value (rootConst only; nil when unknown).
-	value ast.Value
+	// value is the constant's value (rootConst only; nil when unknown);
+	// alts the values it may be, elems those a collection's elements may
+	// be, when it is not known as one value (see consts.go).
+	value       ast.Value
+	alts, elems []ast.Value
+	// undefined: a constant below a known one that holds nothing there
+	// (consts.go, undefinedConst).
+	undefined bool
 	// exact is true when the variable is the value at path; false when it
 	// is somewhere below path (an element, a key), in which case path was
 	// recorded as read when the variable was bound.
@@ -22,23 +28,13 @@ type origin struct {
 	// viaArg: the path is reached through the argument of a call that
 	// helperTest reads as a Helper, not from input itself.
 	viaArg bool
+	// because says, for Why, why an inexact origin is not exact: its key.
+	because string
 }
 
 func (o origin) extend(ts ...*ast.Term) origin {
 	if o.root == rootConst {
-		if o.value == nil {
-			return o
-		}
-		if !o.exact {
-			// An element of the constant o.value, not o.value itself:
-			// below it nothing is known.
-			return origin{root: rootConst, below: o.below + len(ts)}
-		}
-		v, ok := find(o.value, ts)
-		if !ok {
-			return origin{root: rootConst, exact: o.exact}
-		}
-		return origin{root: rootConst, value: v, exact: o.exact}
+		return o.extendConst(ts)
 	}
 	if !o.exact {
 		o.below += len(ts)
@@ -404,6 +400,9 @@ func (z *analyzer) expr(e *ast.Expr, env map[ast.Var]origin, seen map[ast.Var]bo
 		}
 		z.walk(w.Value, env, depth)
 	}
+	if !e.Negated && len(e.With) == 0 {
+		z.bindExprKeys(e, env, depth)
+	}
 	if !e.Negated && len(e.With) == 0 && e.IsEquality() {
 		terms := e.Terms.([]*ast.Term)
 		if z.bind(terms[1], terms[2], env, seen, depth, sc) || z.bind(terms[2], terms[1], env, seen, depth, sc) {
@@ -463,6 +462,12 @@ func (z *analyzer) bind(lhs, rhs *ast.Term, env map[ast.Var]origin, seen map[ast
 	}
 	o, ok := z.resolve(rhs, env, depth)
 	if !ok {
+		if c, isConst, analysed := z.constComprehension(rhs, env, depth); analysed {
+			if isConst {
+				env[v] = c
+			}
+			return true
+		}
 		return false
 	}
 	if forked {
@@ -499,8 +504,8 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 			}
 		case v[0].Equal(ast.DefaultRootDocument):
 			if v.HasPrefix(z.root) {
-				if c := z.constRule(v); c != nil {
-					return *c, true
+				if c, ok := z.constRef(v, env, depth); ok {
+					return c, true
 				}
 				if o, rest, ok := z.aliasRule(v); ok {
 					return z.follow(o, rest, env, depth), true
@@ -550,14 +555,17 @@ func (z *analyzer) resolve(t *ast.Term, env map[ast.Var]origin, depth int) (orig
 // from there the origin is inexact and the remaining keys are walked as
 // ordinary uses.
 func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin, depth int) origin {
+	if base.root == rootConst {
+		return z.followConst(base, rest, env, depth)
+	}
 	rest = z.substituteConsts(rest, env)
 	for i, k := range rest {
 		if !k.IsGround() {
 			keyed := z.lookupKey(base.extend(rest[:i]...), k)
-			if o, ok := z.each(base, rest, i, env, depth); ok && !keyed {
-				return o
-			}
 			if o, ok := z.fanOut(base, rest, i, env, depth); ok && !keyed {
+				return o // a key of known constants: those keys, not every element
+			}
+			if o, ok := z.each(base, rest, i, env, depth); ok && !keyed {
 				return o
 			}
 			for _, kk := range rest[i:] {
@@ -566,6 +574,7 @@ func (z *analyzer) follow(base origin, rest []*ast.Term, env map[ast.Var]origin,
 			o := base.extend(rest[:i]...)
 			o.exact = false
 			o.below += len(rest) - i
+			o.because = keyReason(rest[i], env)
 			return o
 		}
 	}
@@ -617,9 +626,15 @@ func (z *analyzer) each(base origin, rest []*ast.Term, i int, env map[ast.Var]or
 // the comprehension is walked as before: every binding a use. It reports
 // whether it analysed the comprehension.
 func (z *analyzer) comprehension(node any, body ast.Body, env map[ast.Var]origin, depth int, heads ...*ast.Term) bool {
+	_, ok := z.comprehensionEnv(node, body, env, depth, heads...)
+	return ok
+}
+
+// comprehensionEnv is comprehension, giving the body's bindings.
+func (z *analyzer) comprehensionEnv(node any, body ast.Body, env map[ast.Var]origin, depth int, heads ...*ast.Term) (map[ast.Var]origin, bool) {
 	seen, ok := varsOutside(z.current, node)
 	if !ok {
-		return false
+		return nil, false
 	}
 	inner := make(map[ast.Var]origin, len(env))
 	for k, v := range env {
@@ -637,7 +652,7 @@ func (z *analyzer) comprehension(node any, body ast.Body, env map[ast.Var]origin
 	for _, h := range heads {
 		z.walk(h, inner, depth)
 	}
-	return true
+	return inner, true
 }
 
 // varsOutside are the variables of r outside node (a comprehension in r's
@@ -706,9 +721,10 @@ func hasOrigin(env map[ast.Var]origin, v ast.Var) bool {
 // maxFanOut bounds the constant keys fanOut reads one by one.
 const maxFanOut = 16
 
-// fanOut reads base[k] where the key k is an element of a constant list
-// (`probe := input.parameters.probes[_]`, then `ctr[probe]`): as each of
-// the list's values, read whole, instead of the whole of base. Everything
+// fanOut reads base[k] where the key k is one of a few constants, each a
+// string or a number (`probe := input.parameters.probes[_]`, then
+// `ctr[probe]`; consts.go): as each of those values, read whole, instead
+// of the whole of base. Everything
 // derived from base[k] is then a function of those values, so the origin
 // returned is an untracked constant: nothing read through it adds to the
 // key.
@@ -718,34 +734,19 @@ func (z *analyzer) fanOut(base origin, rest []*ast.Term, i int, env map[ast.Var]
 		return origin{}, false
 	}
 	k, ok := env[v]
-	if !ok || k.root != rootConst || k.exact || k.below != 1 {
+	if !ok || k.root != rootConst {
 		return origin{}, false
 	}
-	var values []*ast.Term
-	switch c := k.value.(type) {
-	case *ast.Array:
-		c.Foreach(func(t *ast.Term) { values = append(values, t) })
-	case ast.Set:
-		c.Foreach(func(t *ast.Term) { values = append(values, t) })
-	default:
-		return origin{}, false
-	}
+	values := k.keyValues()
 	if len(values) == 0 || len(values) > maxFanOut {
 		return origin{}, false
 	}
-	for _, t := range values {
-		switch t.Value.(type) {
-		case ast.String, ast.Number, ast.Boolean:
-		default:
-			return origin{}, false
-		}
-	}
 	at := base.extend(rest[:i]...)
-	for _, t := range values {
-		o := z.follow(at.extend(t), rest[i+1:], env, depth)
+	for _, kv := range values {
+		o := z.follow(at.extend(ast.NewTerm(kv)), rest[i+1:], env, depth)
 		z.read(o)
 	}
-	return origin{root: rootConst}, true
+	return unknownConst(), true
 }
 
 // nodesPath is where Gatekeeper's sync puts Nodes, below data.inventory.
@@ -782,10 +783,8 @@ func (z *analyzer) substituteConsts(path []*ast.Term, env map[ast.Var]origin) []
 		if !ok || o.root != rootConst || o.value == nil {
 			break
 		}
-		switch o.value.(type) {
-		case ast.String, ast.Number, ast.Boolean:
-		default:
-			return path
+		if o.keyValues() == nil {
+			return path // not a string or a number: read as it is
 		}
 		if out == nil {
 			out = append([]*ast.Term(nil), path...)
@@ -815,39 +814,6 @@ func (z *analyzer) substituteTerm(t *ast.Term, env map[ast.Var]origin) *ast.Term
 	arr.Foreach(func(x *ast.Term) { items = append(items, x) })
 	items = z.substituteConsts(items, env)
 	return ast.ArrayTerm(items...)
-}
-
-// constRule gives the constant value of a complete rule of the template
-// (no arguments, no key, one definition) whose value depends only on the
-// constraint's parameters, such as
-// label_key := object.get(input.parameters, "labelKey", "tenant").
-func (z *analyzer) constRule(ref ast.Ref) *origin {
-	k := ref.String()
-	if c, ok := z.consts[k]; ok {
-		return c
-	}
-	z.consts[k] = nil // recursion guard
-	rules := z.compiler.GetRulesExact(ref)
-	if len(rules) != 1 || len(rules[0].Head.Args) > 0 || rules[0].Head.Key != nil || rules[0].Else != nil || rules[0].Default || rules[0].Head.Value == nil {
-		return nil
-	}
-	r := rules[0]
-	env := map[ast.Var]origin{}
-	seen := map[ast.Var]bool{}
-	at := z.at
-	for _, e := range r.Body {
-		z.expr(e, env, seen, 0, nil)
-	}
-	z.at = at
-	o, ok := z.resolve(r.Head.Value, env, 0)
-	if !ok && r.Head.Value.IsGround() {
-		o, ok = origin{root: rootConst, value: r.Head.Value.Value, exact: true}, true
-	}
-	if !ok || o.root != rootConst || o.value == nil {
-		return nil
-	}
-	z.consts[k] = &o
-	return &o
 }
 
 // isAlias reports whether r is a complete rule that only names a part of
@@ -946,6 +912,9 @@ func (z *analyzer) call(op ast.Ref, args []*ast.Term, env map[ast.Var]origin, se
 		if b.Nondeterministic {
 			z.nondet = true
 		}
+		if z.constCall(b, args, env, seen) {
+			return
+		}
 		if name == ast.Sprintf.Name && sc != nil && z.sprintf(args, env, seen, depth, sc) {
 			return
 		}
@@ -980,7 +949,7 @@ func (z *analyzer) objectGet(args []*ast.Term, env map[ast.Var]origin, seen map[
 	}
 	key, ok := constantPath(z.substituteTerm(args[1], env))
 	if !ok {
-		return false
+		return z.objectGetEach(o, args, env, seen, depth)
 	}
 	z.walk(args[2], env, depth)
 	var out ast.Var
@@ -991,23 +960,14 @@ func (z *analyzer) objectGet(args []*ast.Term, env map[ast.Var]origin, seen map[
 		fresh = isVar && !seen[out]
 	}
 	if o.root == rootConst {
-		c := o.extend(key...)
-		if c.value == nil && args[2].IsGround() {
-			c.value = args[2].Value
-		} else if c.value == nil {
-			c.root, c.value = rootConst, nil
-		}
 		if fresh {
-			env[out] = c
+			env[out] = constGet(o, key, args[2])
 			return true
 		}
 	}
 	if o.root == Input && len(o.path) == 0 && key[0].Equal(ast.StringTerm("parameters")) && z.params != nil {
 		// object.get(input, ["parameters", ...], default): a constant.
-		c := origin{root: rootConst, value: z.params, exact: true}.extend(key[1:]...)
-		if c.value == nil && args[2].IsGround() {
-			c.value = args[2].Value
-		}
+		c := constGet(origin{root: rootConst, value: z.params, exact: true}, key[1:], args[2])
 		if fresh {
 			env[out] = c
 			return true
@@ -1226,6 +1186,8 @@ func (z *analyzer) walk(x any, env map[ast.Var]origin, depth int) {
 			return z.comprehension(v, v.Body, env, depth, v.Term)
 		case *ast.ObjectComprehension:
 			return z.comprehension(v, v.Body, env, depth, v.Key, v.Value)
+		case *ast.Every:
+			return z.every(v, env, depth)
 		case *ast.Expr:
 			if t, ok := v.Terms.(*ast.Term); ok && len(v.With) == 0 && z.keysTest(t, env, depth) {
 				return true

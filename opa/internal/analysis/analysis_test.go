@@ -39,6 +39,11 @@ func analyze(t *testing.T, rego string, params string) *Result {
 
 const nodeRef = `node := data.inventory.cluster.v1.Node[input.review.object.spec.nodeName]`
 
+// nodeRule is a violation rule that binds the candidate node, then body.
+func nodeRule(body string) string {
+	return "violation contains {\"msg\": msg} if {\n" + nodeRef + "\n" + body + "\n}"
+}
+
 func TestAnalyze(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -110,9 +115,15 @@ func TestAnalyze(t *testing.T) {
 			class:  PerPodClass,
 		},
 		{
-			name:  "format not constant",
+			name:  "format computed from constants",
 			rego:  "violation contains {\"msg\": msg} if {\nf := concat(\"\", [\"%\", \"v\"])\nmsg := sprintf(f, [input.review.object.metadata.name])\n}",
-			reads: []string{`input.review.object.metadata.name`},
+			reads: []string{`input.review.object.metadata.name (message only)`},
+			class: PerPodClass,
+		},
+		{
+			name:  "format not constant",
+			rego:  "violation contains {\"msg\": msg} if {\nf := concat(\"\", [\"%\", input.review.object.metadata.annotations.verb])\nmsg := sprintf(f, [input.review.object.metadata.name])\n}",
+			reads: []string{`input.review.object.metadata.annotations.verb`, `input.review.object.metadata.name`},
 			class: PerPodEach,
 		},
 		{
@@ -296,6 +307,205 @@ not pod.metadata.annotations[sprintf("apparmor/%v", [c.name])]
 			reads: []string{`input.review.object.metadata.name (message only)`},
 			class: PerPodClass,
 		},
+		// Constants of the constraint (consts.go): a lookup by a key
+		// computed from the parameters reads that key only (its value,
+		// when the key is one of several: fanOut).
+		{
+			name:   "parameter as a key, negated, printed",
+			rego:   nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := sprintf(\"node %v lacks label %v\", [node.metadata.name, input.parameters.label])"),
+			params: `{"label": "zone"}`,
+			reads:  []string{`node.metadata.labels.zone (defined)`, `node.metadata.name (message only)`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter as a key, value compared with a parameter",
+			rego:   nodeRule("value := node.metadata.labels[input.parameters.label]\nvalue != input.parameters.value\nmsg := \"x\""),
+			params: `{"label": "zone", "value": "a"}`,
+			reads:  []string{`node.metadata.labels.zone`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter as a key into the review",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nnot input.review.object.metadata.labels[input.parameters.key]\n}",
+			params: `{"key": "team"}`,
+			reads:  []string{`input.review.object.metadata.labels.team`},
+			class:  PerPodClass,
+		},
+		{
+			name:   "parameter as object.get's key",
+			rego:   nodeRule("object.get(node.metadata.labels, input.parameters.k, \"none\") == \"x\"\nmsg := \"x\""),
+			params: `{"k": "zone"}`,
+			reads:  []string{`node.metadata.labels.zone`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter bound to a variable first",
+			rego:   nodeRule("key := input.parameters.label\nnot node.metadata.labels[key]\nmsg := \"x\""),
+			params: `{"label": "zone"}`,
+			reads:  []string{`node.metadata.labels.zone (defined)`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter list iterated",
+			rego:   nodeRule("l := input.parameters.labels[_]\nnot node.metadata.labels[l]\nmsg := \"x\""),
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter list of objects: a field of each element",
+			rego:   nodeRule("l := input.parameters.labels[_]\nnode.metadata.labels[l.key] != l.value\nmsg := \"x\""),
+			params: `{"labels": [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter list iterated, keys into the review",
+			rego:   "violation contains {\"msg\": \"x\"} if {\nl := input.parameters.labels[_]\nnot input.review.object.metadata.labels[l]\n}",
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`input.review.object.metadata.labels.a`, `input.review.object.metadata.labels.b`},
+			class:  PerPodClass,
+		},
+		{
+			name:   "parameter object: some key, value in it",
+			rego:   nodeRule("some k, want in input.parameters.labels\nnode.metadata.labels[k] != want\nmsg := \"x\""),
+			params: `{"labels": {"a": "1", "b": "2"}}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "every over a parameter list",
+			rego:   nodeRule("every l in input.parameters.labels { node.metadata.labels[l] }\nmsg := \"x\""),
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter passed to a function as the key",
+			rego:   nodeRule("not has_label(node, input.parameters.label)\nmsg := \"x\"") + "\nhas_label(n, k) if { n.metadata.labels[k] }",
+			params: `{"label": "zone"}`,
+			reads:  []string{`node.metadata.labels.zone (defined)`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter list passed to a function",
+			rego:   nodeRule("not all_labels(node, input.parameters.labels)\nmsg := \"x\"") + "\nall_labels(n, ls) if { every l in ls { n.metadata.labels[l] } }",
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "rule with a default",
+			rego:   nodeRule("not node.metadata.labels[label]\nmsg := \"x\"") + "\ndefault label := \"zone\"\nlabel := input.parameters.label",
+			params: `{"label": "rack"}`,
+			reads:  []string{`node.metadata.labels.rack`, `node.metadata.labels.zone`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "rule with a default, the parameter not given",
+			rego:   nodeRule("not node.metadata.labels[label]\nmsg := \"x\"") + "\ndefault label := \"zone\"\nlabel := input.parameters.label",
+			params: `{}`,
+			reads:  []string{`node.metadata.labels.zone (defined)`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "iterating an empty parameter list decides nothing",
+			rego:   nodeRule("p := input.parameters.pairs[_]\nnode.metadata.labels[p.key] != p.value\nmsg := \"x\""),
+			params: `{"pairs": []}`,
+			reads:  nil,
+			class:  PerPodClass,
+		},
+		{
+			name:   "partial set rule of parameters",
+			rego:   nodeRule("l := labels[_]\nnot node.metadata.labels[l]\nmsg := \"x\"") + "\nlabels contains l if { l := input.parameters.labels[_] }",
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "comprehension of parameters",
+			rego:   nodeRule("required := {l | l := input.parameters.labels[_].key}\nsome l in required\nnot node.metadata.labels[l]\nmsg := \"x\""),
+			params: `{"labels": [{"key": "a"}, {"key": "b"}]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "key built by builtins of parameters",
+			rego:   nodeRule("k := concat(\"/\", [lower(input.parameters.prefix), \"zone\"])\nnot node.metadata.labels[k]\nmsg := \"x\""),
+			params: `{"prefix": "Example.COM"}`,
+			reads:  []string{`node.metadata.labels["example.com/zone"] (defined)`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "object.get by each key of a parameter list",
+			rego:   nodeRule("l := input.parameters.labels[_]\nobject.get(node.metadata.labels, l, \"\") == \"x\"\nmsg := \"x\""),
+			params: `{"labels": ["a", "b"]}`,
+			reads:  []string{`node.metadata.labels.a`, `node.metadata.labels.b`},
+			class:  PerPodNodeClass,
+		},
+		{
+			name:   "parameter that is a number",
+			rego:   nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\""),
+			params: `{"label": 3}`,
+			reads:  []string{`node.metadata.labels[3] (defined)`},
+			class:  PerPodNodeClass,
+		},
+		// What falls back: the whole object is read.
+		{
+			name:   "parameter that is an object: read whole",
+			rego:   nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\""),
+			params: `{"label": {"a": 1}}`,
+			reads:  []string{`node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:   "missing parameter: read whole",
+			rego:   nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\""),
+			params: `{}`,
+			reads:  []string{`node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:   "parameter that is a boolean: read whole",
+			rego:   nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\""),
+			params: `{"label": true}`,
+			reads:  []string{`node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:   "parameter list with an object in it: read whole",
+			rego:   nodeRule("l := input.parameters.labels[_]\nnot node.metadata.labels[l]\nmsg := \"x\""),
+			params: `{"labels": ["a", {"b": 1}]}`,
+			reads:  []string{`node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:   "parameter list longer than the keys read one by one: read whole",
+			rego:   nodeRule("l := input.parameters.labels[_]\nnot node.metadata.labels[l]\nmsg := \"x\""),
+			params: `{"labels": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"]}`,
+			reads:  []string{`node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:  "template alone: the parameter is read",
+			rego:  nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\""),
+			reads: []string{`input.parameters.label`, `node.metadata.labels`},
+			class: PerPodClassNode,
+		},
+		{
+			name:   "rule of a parameter that also tests the review is no constant",
+			rego:   nodeRule("not node.metadata.labels[label]\nmsg := \"x\"") + "\nlabel := input.parameters.label if { input.review.object.metadata.labels.x }",
+			params: `{"label": "zone"}`,
+			reads:  []string{`input.review.object.metadata.labels.x`, `node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
+		{
+			name:   "key from the review, not a parameter",
+			rego:   nodeRule("not node.metadata.labels[input.review.object.metadata.labels.want]\nmsg := \"x\""),
+			params: `{"label": "zone"}`,
+			reads:  []string{`input.review.object.metadata.labels.want`, `node.metadata.labels`},
+			class:  PerPodClassNode,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -402,4 +612,27 @@ not has_annotation(annotation_key(c.name))
 annotation_key(name) := k if { k := concat(%[2]s, ["container.seccomp/", name]) }
 has_annotation(k) if { input.review.object.metadata.annotations[k] }
 check(k) if { startswith(k, "container") }`, required, sep)
+}
+
+// TestConstKeyWhy: when a lookup by a key that may be a parameter reads
+// the whole of a node object that is unique to each node, Why says what
+// the key is.
+func TestConstKeyWhy(t *testing.T) {
+	lookup := nodeRule("not node.metadata.labels[input.parameters.label]\nmsg := \"x\"")
+	cases := []struct{ name, rego, params, want string }{
+		{"object", lookup, `{"label": {"a": 1}}`, `its key is a constant that is not a string or a number ({"a": 1})`},
+		{"missing", lookup, `{}`, `its key is a constant the analysis does not know`},
+		{"template alone", lookup, ``, `its key is input.parameters.label, a constant only once a constraint gives the parameters`},
+		{"from the review", nodeRule("not node.metadata.labels[input.review.object.metadata.labels.want]\nmsg := \"x\""), `{}`, `its key comes from input.review.object.metadata.labels.want`},
+		{"too many", nodeRule("l := input.parameters.labels[_]\nnot node.metadata.labels[l]\nmsg := \"x\""), `{"labels": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"]}`, `its key takes 17 values, more than the 16 read one by one`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := analyze(t, tc.rego, tc.params)
+			why := strings.Join(a.Why, "\n")
+			if !strings.Contains(why, "node.metadata.labels (unique to each node) is read in") || !strings.Contains(why, tc.want) {
+				t.Errorf("why %q, want it to say %q", why, tc.want)
+			}
+		})
+	}
 }

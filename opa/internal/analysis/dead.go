@@ -50,6 +50,31 @@ func (z *analyzer) iteratesEmptyConstant(e *ast.Expr, env map[ast.Var]origin) bo
 		if o, ok := env[head]; ok && o.root == rootConst && o.exact && isEmptyCollection(o.value) {
 			return true
 		}
+		if z.emptyConstantPrefix(ref, env) {
+			return true
+		}
+	}
+	return false
+}
+
+// emptyConstantPrefix reports whether the ground part of ref before its
+// first variable key is a constant that is an empty collection, whatever
+// value it may be (`input.parameters.pairs[_]` with pairs []).
+func (z *analyzer) emptyConstantPrefix(ref ast.Ref, env map[ast.Var]origin) bool {
+	for i := 1; i < len(ref); i++ {
+		if ref[i].IsGround() {
+			continue
+		}
+		o, ok := z.constPrefix(ref[:i], env, 0)
+		if !ok || o.values() == nil {
+			return false
+		}
+		for _, v := range o.values() {
+			if !isEmptyCollection(v) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }
@@ -68,7 +93,7 @@ func isEmptyCollection(v ast.Value) bool {
 
 // isHarmless reports whether evaluating e can only succeed or be
 // undefined, never raise an error: a binding or test of references into
-// the input or local variables, or object.get; no call of a function
+// the input, the inventory or local variables, or object.get; no call of a function
 // (a conflict between definitions is an error), no reference to the
 // template's rules, no comprehension, no `with`.
 func isHarmless(e *ast.Expr) bool {
@@ -88,8 +113,8 @@ func isHarmless(e *ast.Expr) bool {
 		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension:
 			ok = false
 		case ast.Ref:
-			if v[0].Equal(ast.DefaultRootDocument) {
-				ok = false
+			if v[0].Equal(ast.DefaultRootDocument) && !isInventoryRef(v) {
+				ok = false // a rule may raise a conflict; the inventory is data
 			}
 		}
 		return !ok

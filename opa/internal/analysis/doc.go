@@ -26,11 +26,35 @@
 //     with its parameters bound to the arguments' origins (literal
 //     arguments as constants), so a helper such as has_field(spec,
 //     "securityContext") records spec.securityContext only;
-//   - object.get(x, "k", default) reads x.k;
+//   - the constraint's parameters, and what the template computes from
+//     them alone, are constants (consts.go): a reference through
+//     input.parameters, a variable bound to one, a template rule of
+//     constants (with several definitions, else or a default: one of
+//     their values; a partial set rule or a comprehension of them: a
+//     collection of their values), an element or key iterated from a
+//     constant collection (`l := input.parameters.labels[_]`, then
+//     `l.key`; `some k, v in input.parameters.labels`; `every`), and a
+//     few string builtins of constants (concat, sprintf with %v and %s,
+//     lower, upper, trim_prefix, trim_suffix, trim_space; constcall.go).
+//     A lookup by a constant key that is a string or a number reads that
+//     key only (node.metadata.labels[input.parameters.label] reads
+//     node.metadata.labels["<the parameter>"]), by a key that is one of
+//     at most 16 such constants each of them (fanOut), and by any other
+//     key (an object, a boolean, a missing parameter, a constant the
+//     analysis does not compute) the whole object, Why then saying what
+//     the key is; a rule definition that reads the review is no
+//     constant;
+//   - object.get(x, k, default) reads x.k for a constant key k (each of
+//     its values);
 //   - templates that call nondeterministic builtins are never memoised;
 //   - a value whose only use is to be printed into a violation's msg or
 //     placed as is into its details (Messages) is not part of the key: see
 //     flow.go for the rules that make this sound, and what falls back;
+//     printed with %q (Quote, NodeNameQuote), the candidate's name and
+//     node paths included, it leaves the key like %v, and the engine puts
+//     a placeholder only where the real value is a string that
+//     strconv.Quote prints as "value": exactly the strings for which the
+//     message filled in is Rego's sprintf("%q") of the real value;
 //   - Guards (guard.go) are the tests of the review against constants that
 //     every violation rule begins with: a review failing one of each rule
 //     has an empty violation set, so the engine need not evaluate it;
@@ -64,7 +88,8 @@
 //     their calls' conditions;
 //   - a body that iterates a constant empty collection (the library's
 //     is_exempt with no exemptImages) after harmless expressions never
-//     succeeds: its reads are dropped (dead.go);
+//     succeeds: its reads are dropped (dead.go), and so does one that
+//     iterates a parameter that is an empty collection;
 //   - a call of a template's function used as a truth test (`not
 //     is_exempt(c)`) on one value of the review, the other arguments
 //     constant, whose body reads nothing but that value (through its
@@ -82,9 +107,6 @@
 //     HelperDependencies (identity.go) names both, the template's
 //     namespace left out, so that templates shipping the same lib (the
 //     library's is_exempt) share the answers where their parameters agree;
-//   - a key that is an element of a constant list (`ctr[probe]`, probe from
-//     a parameter list) reads each of the list's values, not the whole of
-//     ctr (fanOut);
 //   - a partial set rule that the violation rule reads only through
 //     patterns binding its head (the library's
 //     general_violation[{"msg": msg, "field": "containers"}]) is analysed

@@ -470,12 +470,12 @@ func (z *analyzer) result() *Result {
 	a.Messages, a.NodeNameMessage, a.NodeNameQuote = mergeMessages(msgs, z.absentPaths())
 	for _, r := range input {
 		if related(uniquePodPaths, r.path) && r.where != "" {
-			why = append(why, "input"+PathString(r.path)+" (unique to each pod) is read in "+r.where)
+			why = append(why, "input"+PathString(r.path)+" (unique to each pod) is read in "+r.where+r.o.because)
 		}
 	}
 	for _, r := range node {
 		if related(uniqueNodePaths, r.path) && r.where != "" {
-			why = append(why, "node"+PathString(r.path)+" (unique to each node) is read in "+r.where)
+			why = append(why, "node"+PathString(r.path)+" (unique to each node) is read in "+r.where+r.o.because)
 		}
 	}
 	a.Why = dedupe(append(z.why, why...))
