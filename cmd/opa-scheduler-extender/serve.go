@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -295,6 +296,12 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		go dir.Run(ctx)
 		sopts.ReadinessChecks = append(sopts.ReadinessChecks, dir.Ready)
 		debugSources = append(debugSources, func() any { return dir.Status() })
+		sopts.Registry = prometheus.NewRegistry()
+		for _, c := range folderMetrics(dir) {
+			if err := sopts.Registry.Register(c); err != nil {
+				return fmt.Errorf("policy folder metrics: %w", err)
+			}
+		}
 	}
 	var nudger *source.Nudger
 	if cfg != nil {
@@ -330,4 +337,21 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
 	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
+}
+
+// folderMetrics are the policy folder's gauges: what its /readyz notes
+// say, for alerts.
+func folderMetrics(dir *source.Dir) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: server.MetricsNamespace,
+			Name:      "policy_folder_file_errors",
+			Help:      "Files of --policy-dir that do not parse; their last good objects stay in force.",
+		}, func() float64 { return float64(dir.FileErrors()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: server.MetricsNamespace,
+			Name:      "policy_folder_refused_objects",
+			Help:      "Objects of --policy-dir not in force because they were refused: by the engine, or list items that are not objects (no kind, no name). /readyz?verbose names them.",
+		}, func() float64 { return float64(dir.RefusedObjects()) }),
+	}
 }

@@ -5,18 +5,22 @@
 package source
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,6 +41,10 @@ type Applier interface {
 // folder and applies what changed; a file that does not parse (for example
 // one that is half written) is reported and the objects it last held stay
 // in force until it parses again.
+//
+// Files are read as streams, document by document and list item by list
+// item (load.go): a file of thousands of Nodes, one `kubectl get nodes -o
+// yaml` included, is never held whole.
 type Dir struct {
 	root     string
 	applier  Applier
@@ -55,14 +63,34 @@ type Dir struct {
 	scanFailed time.Time
 	// scans counts the scans (fileState.seen).
 	scans uint64
-	// verified is when a scan last compared every file's content.
-	verified       time.Time
+	// verify compares the files' content a slice per scan (verify.go).
+	verify         verifier
 	verifyInterval time.Duration
-	// readBuf holds the file a scan reads, reused from file to file and
-	// scan to scan (under mu): a verifying scan of 5000 Node files read
-	// 50 MB into fresh buffers every 10 s, garbage that paced the
+	// br, hashBuf and hasher are reused from file to file and scan to
+	// scan (under mu): fresh buffers per file were garbage that paced the
 	// collector under the requests.
-	readBuf bytes.Buffer
+	br      *bufio.Reader
+	hashBuf []byte
+	hasher  hash.Hash
+	// refused are the objects the engine refused, by object, with why;
+	// batchErr is why the last Apply failed as a whole ("" when it did
+	// not).
+	refused  map[refusalKey]string
+	batchErr string
+	// summary is what Ready and the metrics read, updated by the scans:
+	// they never wait for a scan (one that reads a big file takes
+	// seconds).
+	summary atomic.Pointer[dirSummary]
+}
+
+// refusalKey names a refused object; the version is left out (the
+// engine names a refused template without it).
+type refusalKey struct {
+	group, kind, namespace, name string
+}
+
+func refusalKeyOf(ref opa.ObjectRef) refusalKey {
+	return refusalKey{ref.GroupVersionKind.Group, ref.GroupVersionKind.Kind, ref.Namespace, ref.Name}
 }
 
 type fileState struct {
@@ -76,26 +104,25 @@ type fileState struct {
 	// their JSON size).
 	objects map[objectKey]digest
 	err     error
+	// refused are the file's list items that are not objects (no kind,
+	// no name) and its documents without a name, and why, as it last
+	// parsed.
+	refused []string
 	// seen is the number of the last scan that listed the file.
 	seen uint64
 }
 
 // digest is what a change needs of an object the folder held: its kind,
-// to delete it, and a hash of its content, to see whether it changed.
+// to delete it, and a hash of its bytes in the file (of its content, for
+// the items of a list written inline), to see whether it changed. The
+// bytes are hashed as they stream by; an object rewritten in another
+// layout is applied again, which changes nothing.
 type digest struct {
 	gvk schema.GroupVersionKind
 	sum [sha256.Size]byte
-	ok  bool // false: the content could not be hashed
 }
 
-func digestOf(u *unstructured.Unstructured) digest {
-	b, err := u.MarshalJSON() // maps marshal with sorted keys: same content, same bytes
-	return digest{gvk: u.GroupVersionKind(), sum: sha256.Sum256(b), ok: err == nil}
-}
-
-// unchanged: both hashed, to the same content. An object whose content
-// could not be hashed is always applied again.
-func (d digest) unchanged(next digest) bool { return d.ok && next.ok && d == next }
+func (d digest) unchanged(next digest) bool { return d == next }
 
 type objectKey struct {
 	apiVersion, kind, namespace, name string
@@ -111,11 +138,15 @@ type DirOptions struct {
 	// A scan reads the files whose modification time, size or identity
 	// changed.
 	Interval time.Duration
-	// VerifyInterval is how often a scan reads every file and compares
-	// content, for changes that keep the modification time and size (a
-	// copy that preserves times, a same-size rewrite within the file
-	// system's time granularity). Default 10s; the cost is reading the
-	// folder once per interval.
+	// VerifyInterval is how often the scans start comparing every file's
+	// content with what was read, for changes that keep the modification
+	// time and size (a copy that preserves times, a same-size rewrite
+	// within the file system's time granularity). Default 10s. The
+	// comparison is spread over the scans, a slice of the folder each
+	// (about the folder's size times Interval / VerifyInterval, at most
+	// 1 MiB per scan), so that no scan does a burst of work: such a change
+	// is found within VerifyInterval, or, for folders past 40 MiB at the
+	// default interval, the time to hash the folder at 4 MiB/s.
 	VerifyInterval time.Duration
 	Logger         *slog.Logger
 }
@@ -131,7 +162,12 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 	if opts.VerifyInterval <= 0 {
 		opts.VerifyInterval = 10 * time.Second
 	}
-	return &Dir{root: root, applier: applier, interval: opts.Interval, verifyInterval: opts.VerifyInterval, log: opts.Logger, files: map[string]*fileState{}}
+	d := &Dir{root: root, applier: applier, interval: opts.Interval, verifyInterval: opts.VerifyInterval, log: opts.Logger,
+		files: map[string]*fileState{}, br: bufio.NewReaderSize(nil, readBufferSize), hashBuf: make([]byte, readBufferSize),
+		hasher: sha256.New(), refused: map[refusalKey]string{}}
+	d.verify.h, d.verify.buf = sha256.New(), make([]byte, readBufferSize)
+	d.summary.Store(&dirSummary{root: root})
+	return d
 }
 
 // Sync scans the folder once and applies the changes. It returns an error
@@ -143,7 +179,30 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 // held in memory all at once; templates and constraints, and deletions,
 // are applied together once the whole folder is read, so that a policy
 // set changes in one step.
+//
+// A scan that read more than bulkLoadBytes gives the memory it freed back
+// to the operating system, so that the process's RSS follows its live heap
+// after a bulk load rather than the load's peak.
 func (d *Dir) Sync(ctx context.Context) error {
+	loaded, err := d.sync(ctx)
+	if loaded >= bulkLoadBytes {
+		releaseMemory()
+	}
+	return err
+}
+
+// bulkLoadBytes is how much a scan reads (parsing) before it returns the
+// freed memory to the operating system. Below it the collector's own
+// pace returns it soon enough.
+var bulkLoadBytes int64 = 16 << 20
+
+// releaseMemory is debug.FreeOSMemory: a collection, then every free page
+// returned. It costs one forced collection after a bulk load, which is
+// rare, and leaves the heap floor (cmd/opa-scheduler-extender/heapfloor)
+// as it was: the floor sets the next collection's goal, it keeps no pages.
+var releaseMemory = debug.FreeOSMemory
+
+func (d *Dir) sync(ctx context.Context) (loaded int64, err error) {
 	paths, folders, err := walkFolder(d.root)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -153,22 +212,23 @@ func (d *Dir) Sync(ctx context.Context) error {
 			d.scanFailed = time.Now()
 		}
 		d.scanErr = fmt.Errorf("scan %s: %w", d.root, err)
-		return d.scanErr
+		d.summarize()
+		return 0, d.scanErr
 	}
+	sc := &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{}, dirty: d.scanErr != nil || !d.synced}
 	d.scanErr = nil
 	d.scans++
-	sc := &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{},
-		verify: time.Since(d.verified) >= d.verifyInterval}
-	if sc.verify {
-		d.verified = time.Now()
-	}
 	for _, p := range paths {
 		sc.file(p)
 	}
+	sc.verifyStep(paths)
 	sc.finish()
 	d.synced = true
 	d.last = time.Now()
-	return nil
+	if sc.dirty {
+		d.summarize()
+	}
+	return sc.loaded, nil
 }
 
 // inventoryChunk is how many inventory objects one Apply of a scan takes.
@@ -180,18 +240,18 @@ type scan struct {
 	ctx context.Context
 	// changed holds what every changed file holds now (nothing for a
 	// file that is gone).
-	changed map[string]map[objectKey]digest
-	// verify: read every file and compare content, whatever its
-	// modification time says (once every DirOptions.VerifyInterval).
-	verify    bool
+	changed   map[string]map[objectKey]digest
 	policies  []opa.Change // applied at the end
 	inventory []opa.Change // applied every inventoryChunk
+	// loaded counts the bytes the scan parsed; dirty: it changed what
+	// Ready reports.
+	loaded int64
+	dirty  bool
 }
 
 // file reads one file if it may have changed since the last scan: its
 // modification time, size or identity (a link moved to another file)
-// changed, or the scan verifies content. It is parsed again only when its
-// content did change.
+// changed. It is parsed again only when its content did change.
 func (sc *scan) file(p string) {
 	d := sc.dir
 	st := d.files[p]
@@ -202,69 +262,42 @@ func (sc *scan) file(p string) {
 	if err != nil {
 		return // removed while scanning: the next scan sees it
 	}
-	if st != nil && !sc.verify && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
+	if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
 		return
 	}
-	data, err := d.read(p)
-	if err != nil {
-		return // removed or unreadable for now: the next scan sees it
-	}
-	sum := sha256.Sum256(data)
-	if st == nil {
-		st = &fileState{objects: map[objectKey]digest{}, seen: d.scans}
-		d.files[p] = st
-	} else if st.sum == sum {
-		st.info, st.modTime, st.size = info, info.ModTime(), info.Size()
-		return // touched, not changed
-	}
-	st.info, st.modTime, st.size, st.sum = info, info.ModTime(), info.Size(), sum
-	objs, err := ReadObjects(bytes.NewReader(data))
-	if err != nil {
-		err = fmt.Errorf("%s: %w", p, err)
-		st.err = err
-		d.log.Warn("policy file does not parse; its last good objects stay in force", "file", p, "err", err)
-		return
-	}
-	st.err = nil
-	next := map[objectKey]digest{}
-	for _, o := range objs {
-		if o.GetKind() == "Suite" {
-			continue
+	if st != nil {
+		sum, err := d.hashFile(p)
+		if err != nil {
+			return // removed or unreadable for now: the next scan sees it
 		}
-		k, dg := keyOf(o), digestOf(o)
-		next[k] = dg
-		if old, ok := st.objects[k]; ok && old.unchanged(dg) {
-			continue
+		if sum == st.sum {
+			st.info, st.modTime, st.size = info, info.ModTime(), info.Size()
+			return // touched, not changed
 		}
-		sc.add(opa.Change{Object: o})
 	}
-	sc.changed[p] = next
+	sc.load(p, st, info)
 }
 
-// read reads the file at p into d.readBuf: the bytes are valid until the
-// next read (ReadObjects copies what it keeps).
-func (d *Dir) read(p string) ([]byte, error) {
+// hashFile hashes the file at p, streamed through a reused buffer.
+func (d *Dir) hashFile(p string) (sum [sha256.Size]byte, err error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, err
+		return sum, err
 	}
 	defer f.Close()
-	d.readBuf.Reset()
-	if _, err := d.readBuf.ReadFrom(f); err != nil {
-		return nil, err
+	d.hasher.Reset()
+	if _, err := io.CopyBuffer(d.hasher, onlyReader{f}, d.hashBuf); err != nil {
+		return sum, fmt.Errorf("hash %s: %w", p, err)
 	}
-	if d.readBuf.Cap() > maxKeptReadBuffer {
-		// One huge file is not kept for every scan after it.
-		data := bytes.Clone(d.readBuf.Bytes())
-		d.readBuf = bytes.Buffer{}
-		return data, nil
-	}
-	return d.readBuf.Bytes(), nil
+	d.hasher.Sum(sum[:0])
+	return sum, nil
 }
 
-// maxKeptReadBuffer bounds the read buffer a folder source keeps between
-// files.
-const maxKeptReadBuffer = 4 << 20
+// onlyReader hides an *os.File's WriterTo, so that io.CopyBuffer uses the
+// buffer it is given rather than allocating one.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(b []byte) (int, error) { return o.r.Read(b) }
 
 // listed reports whether this scan listed the file at p (a file it has
 // state for).
@@ -297,6 +330,9 @@ func (sc *scan) finish() {
 		if st.seen != d.scans { // gone from the folder
 			sc.changed[p] = nil
 		}
+	}
+	if len(sc.changed) > 0 {
+		sc.dirty = true
 	}
 	if len(sc.changed) == 0 {
 		// Nothing to delete: the usual scan, every 250 ms. Building the
@@ -338,8 +374,33 @@ func (sc *scan) apply(changes []opa.Change) {
 		return
 	}
 	sortChanges(changes)
-	for _, err := range sc.dir.applier.Apply(sc.ctx, changes) {
-		sc.dir.log.Warn("policy object refused", "err", err)
+	errs := sc.dir.applier.Apply(sc.ctx, changes)
+	sc.dir.noteApplied(changes, errs)
+	sc.dirty = true
+}
+
+// noteApplied keeps what the engine refused: an object applied (or
+// deleted) again is no longer refused unless the engine says so again.
+func (d *Dir) noteApplied(changes []opa.Change, errs []*opa.ApplyError) {
+	if len(d.refused) > 0 {
+		for _, c := range changes {
+			ref := opa.ObjectRef{}
+			if c.Object != nil {
+				ref = opa.ObjectRef{GroupVersionKind: c.Object.GroupVersionKind(), Namespace: c.Object.GetNamespace(), Name: c.Object.GetName()}
+			} else if c.Delete != nil {
+				ref = *c.Delete
+			}
+			delete(d.refused, refusalKeyOf(ref))
+		}
+	}
+	d.batchErr = ""
+	for _, err := range errs {
+		d.log.Warn("policy object refused", "err", err)
+		if err.Ref == (opa.ObjectRef{}) {
+			d.batchErr = err.Error()
+			continue
+		}
+		d.refused[refusalKeyOf(err.Ref)] = err.Error()
 	}
 }
 
@@ -389,38 +450,83 @@ func (d *Dir) Run(ctx context.Context) {
 	}
 }
 
+// dirSummary is what Ready and the metrics report, as of the last scan
+// that changed it.
+type dirSummary struct {
+	root       string
+	synced     bool
+	scanErr    error
+	scanFailed time.Time
+	objects    int
+	// broken are the files that do not parse, sorted; firstErr is the
+	// first one's error.
+	broken   []string
+	firstErr error
+	// refused names the objects refused: by the engine, and list items
+	// that are not objects; sorted.
+	refused []string
+}
+
+// summarize updates the summary (under mu).
+func (d *Dir) summarize() {
+	s := &dirSummary{root: d.root, synced: d.synced, scanErr: d.scanErr, scanFailed: d.scanFailed}
+	var withRefused []string
+	for p, st := range d.files {
+		s.objects += len(st.objects)
+		if st.err != nil {
+			s.broken = append(s.broken, p)
+		}
+		if len(st.refused) > 0 {
+			withRefused = append(withRefused, p)
+		}
+	}
+	sort.Strings(s.broken)
+	if len(s.broken) > 0 {
+		s.firstErr = d.files[s.broken[0]].err
+	}
+	sort.Strings(withRefused)
+	for _, p := range withRefused { // by file, in the file's order
+		for _, why := range d.files[p].refused {
+			s.refused = append(s.refused, p+": "+why)
+		}
+	}
+	s.refused = append(s.refused, d.refusedByEngine()...)
+	d.summary.Store(s)
+}
+
+// maxNamedRefusals bounds the refused objects Ready names (the rest are
+// in /debug/policies).
+const maxNamedRefusals = 10
+
 // Ready reports whether the folder has been read once. Once it has, it
 // stays ready (the objects read stay in force) and says what is wrong: a
-// folder that can no longer be listed, files that do not parse, a folder
-// that holds nothing.
+// folder that can no longer be listed, files that do not parse, objects
+// refused, a folder that holds nothing. It never waits for a scan.
 func (d *Dir) Ready() (bool, string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.synced {
-		if d.scanErr != nil {
-			return false, "policy folder: " + d.scanErr.Error()
+	s := d.summary.Load()
+	if !s.synced {
+		if s.scanErr != nil {
+			return false, "policy folder: " + s.scanErr.Error()
 		}
-		return false, "policy folder " + d.root + " not read yet"
+		return false, "policy folder " + s.root + " not read yet"
 	}
 	var notes []string
-	if d.scanErr != nil {
-		notes = append(notes, fmt.Sprintf("policy folder unreadable since %s, serving what it held then: %v", d.scanFailed.Format(time.RFC3339), d.scanErr))
+	if s.scanErr != nil {
+		notes = append(notes, fmt.Sprintf("policy folder unreadable since %s, serving what it held then: %v", s.scanFailed.Format(time.RFC3339), s.scanErr))
 	}
-	objects := 0
-	var broken []string
-	for p, st := range d.files {
-		objects += len(st.objects)
-		if st.err != nil {
-			broken = append(broken, p)
+	if len(s.broken) > 0 {
+		notes = append(notes, fmt.Sprintf("%d policy files do not parse, their last good objects stay in force (first: %v)", len(s.broken), s.firstErr))
+	}
+	if n := len(s.refused); n > 0 {
+		named := s.refused[:min(n, maxNamedRefusals)]
+		note := fmt.Sprintf("%d policy folder objects refused, not in force: %s", n, strings.Join(named, "; "))
+		if n > len(named) {
+			note += fmt.Sprintf("; and %d more (/debug/policies)", n-len(named))
 		}
+		notes = append(notes, note)
 	}
-	if len(broken) > 0 {
-		sort.Strings(broken)
-		first := d.files[broken[0]].err
-		notes = append(notes, fmt.Sprintf("%d policy files do not parse, their last good objects stay in force (first: %v)", len(broken), first))
-	}
-	if objects == 0 && d.scanErr == nil {
-		notes = append(notes, "policy folder "+d.root+" holds no objects: nothing is enforced from it")
+	if s.objects == 0 && s.scanErr == nil {
+		notes = append(notes, "policy folder "+s.root+" holds no objects: nothing is enforced from it")
 	}
 	return true, strings.Join(notes, "; ")
 }
@@ -430,6 +536,8 @@ type FileStatus struct {
 	Path    string `json:"path"`
 	Objects int    `json:"objects"`
 	Error   string `json:"error,omitempty"`
+	// Refused are the file's list items that are not objects, and why.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // DirStatus describes the folder source for /debug/policies.
@@ -437,36 +545,47 @@ type DirStatus struct {
 	Root     string       `json:"root"`
 	LastScan time.Time    `json:"lastScan"`
 	Files    []FileStatus `json:"files"`
+	// Refused are the objects the engine refused, and why.
+	Refused []string `json:"refused,omitempty"`
 }
 
-// Status lists the files read and their errors.
+// Status lists the files read, their errors and the objects refused.
 func (d *Dir) Status() DirStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := DirStatus{Root: d.root, LastScan: d.last}
 	for p, st := range d.files {
-		fs := FileStatus{Path: p, Objects: len(st.objects)}
+		fs := FileStatus{Path: p, Objects: len(st.objects), Refused: st.refused}
 		if st.err != nil {
 			fs.Error = st.err.Error()
 		}
 		s.Files = append(s.Files, fs)
 	}
 	sort.Slice(s.Files, func(i, j int) bool { return s.Files[i].Path < s.Files[j].Path })
+	s.Refused = d.refusedByEngine()
 	return s
 }
 
-// FileErrors counts files that do not parse.
-func (d *Dir) FileErrors() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	for _, st := range d.files {
-		if st.err != nil {
-			n++
-		}
+// refusedByEngine names what the engine refused, sorted (under mu).
+func (d *Dir) refusedByEngine() []string {
+	var out []string
+	for _, why := range d.refused {
+		out = append(out, why)
 	}
-	return n
+	sort.Strings(out)
+	if d.batchErr != "" {
+		out = append(out, "a whole batch: "+d.batchErr)
+	}
+	return out
 }
+
+// FileErrors counts files that do not parse.
+func (d *Dir) FileErrors() int { return len(d.summary.Load().broken) }
+
+// RefusedObjects counts the objects of the folder that are not in force
+// because they were refused: by the engine, or list items that are not
+// objects (no kind, no name).
+func (d *Dir) RefusedObjects() int { return len(d.summary.Load().refused) }
 
 // yamlFiles lists the YAML and JSON files below root, following symbolic
 // links to folders and files (git-sync points a link at each checkout; a

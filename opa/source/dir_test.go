@@ -343,7 +343,7 @@ func TestDirSeesContentChanges(t *testing.T) {
 	if got := rec.keys(); got != "Node/a=1" {
 		t.Fatalf("a scan that does not verify content read the file: %s", got)
 	}
-	d.verified = time.Time{} // the verify interval has passed
+	forceVerify(d) // the verify interval has passed
 	if err := d.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestDirScansWithoutGarbage(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			for range 5 {
 				if verify {
-					d.verified = time.Time{}
+					forceVerify(d)
 				}
 				if err := d.Sync(ctx); err != nil {
 					t.Fatal(err)

@@ -3,46 +3,161 @@ package source
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// ReadObjects decodes every document of a multi-document YAML (or JSON)
-// stream. Empty documents are skipped; a document that does not parse, or
-// has no apiVersion or kind, is an error naming its position.
+// ReadObjects decodes every object of a multi-document YAML (or JSON)
+// stream: its documents, and the items of its lists (kind List, as
+// `kubectl get -o yaml` writes, or a typed list such as NodeList) one by
+// one. Empty documents are skipped; a document or item that does not
+// parse, or has no apiVersion or kind, is an error naming its position.
 func ReadObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var out []*unstructured.Unstructured
-	for i := 1; ; i++ {
-		doc, err := reader.Read()
+	pr := newPartReader(bufio.NewReaderSize(r, readBufferSize))
+	var items []any // the current document's, until its end says what they are
+	for {
+		p, err := pr.next()
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+			return nil, err
 		}
-		if len(bytes.TrimSpace(doc)) == 0 {
+		if p.item > 0 {
+			v, err := parseItem(p)
+			if err != nil {
+				return nil, fmt.Errorf("document %d, item %d: %w", p.doc, p.item, err)
+			}
+			items = append(items, v)
 			continue
 		}
-		var content map[string]any
-		if err := yaml.Unmarshal(doc, &content); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+		env, err := parseDocument(p)
+		if err != nil {
+			return nil, err
 		}
-		if len(content) == 0 {
-			continue // only comments
+		if env == nil {
+			continue
 		}
-		u := &unstructured.Unstructured{Object: content}
-		if u.GetAPIVersion() == "" || u.GetKind() == "" {
-			return nil, fmt.Errorf("document %d: apiVersion and kind are required", i)
+		if list, ok := listItems(env, items); ok {
+			for i, v := range list {
+				u, why := listItem(env, v)
+				if why != "" {
+					return nil, fmt.Errorf("document %d, item %d: %s", p.doc, i+1, why)
+				}
+				out = append(out, u)
+			}
+		} else {
+			if items != nil {
+				env["items"] = items
+			}
+			out = append(out, &unstructured.Unstructured{Object: env})
 		}
-		out = append(out, u)
+		items = nil
 	}
+}
+
+// readBufferSize is the buffer a file is read through.
+const readBufferSize = 64 << 10
+
+// parseItem decodes an item cut out of its document: any YAML value (a
+// document that is not a list may hold items of any kind).
+func parseItem(p part) (any, error) {
+	var v any
+	var err error
+	if p.json {
+		err = json.Unmarshal(p.raw, &v)
+	} else {
+		err = yaml.Unmarshal(p.raw, &v)
+	}
+	return v, err
+}
+
+// parseDocument decodes a document (less the items cut out of it): nil
+// for an empty one (only comments) that had no items; an error naming
+// the document when it does not parse or lacks apiVersion or kind.
+func parseDocument(p part) (map[string]any, error) {
+	if p.items == 0 && len(bytes.TrimSpace(p.raw)) == 0 {
+		return nil, nil
+	}
+	var content map[string]any
+	var err error
+	if p.json {
+		err = json.Unmarshal(p.raw, &content)
+	} else {
+		err = yaml.Unmarshal(p.raw, &content)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", p.doc, err)
+	}
+	if len(content) == 0 && p.items == 0 {
+		return nil, nil // only comments
+	}
+	u := unstructured.Unstructured{Object: content}
+	if u.GetAPIVersion() == "" || u.GetKind() == "" {
+		return nil, fmt.Errorf("document %d: apiVersion and kind are required", p.doc)
+	}
+	return content, nil
+}
+
+// listItems returns a list's items: those cut out of it, or those still
+// in it ("items: [...]"). A document is a list when its kind ends in
+// "List" and it has an items array; a kind such as K8sAllowList with no
+// items is an object like any other.
+func listItems(env map[string]any, cut []any) ([]any, bool) {
+	if !isListKind(env) {
+		return nil, false
+	}
+	if cut != nil {
+		return cut, true
+	}
+	items, ok := env["items"].([]any)
+	return items, ok
+}
+
+func isListKind(env map[string]any) bool {
+	kind, _ := env["kind"].(string)
+	return strings.HasSuffix(kind, "List")
+}
+
+// listItem makes an object of a list's item, or says why it is not one.
+// The items of a typed list (NodeList) may leave out their apiVersion and
+// kind: they are the list's, less "List".
+func listItem(env map[string]any, v any) (*unstructured.Unstructured, string) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return nil, "not an object"
+	}
+	u := &unstructured.Unstructured{Object: m}
+	apiVersion, kind := itemGVK(env, u.GetAPIVersion(), u.GetKind())
+	if apiVersion == "" || kind == "" {
+		return nil, "apiVersion and kind are required"
+	}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	return u, ""
+}
+
+// itemGVK completes an item's apiVersion and kind from its typed list's.
+func itemGVK(env map[string]any, apiVersion, kind string) (string, string) {
+	listKind, _ := env["kind"].(string)
+	if listKind == "List" {
+		return apiVersion, kind
+	}
+	if kind == "" {
+		kind = strings.TrimSuffix(listKind, "List")
+	}
+	if apiVersion == "" {
+		apiVersion, _ = env["apiVersion"].(string)
+	}
+	return apiVersion, kind
 }
 
 // ReadFile reads the objects of one YAML file.
