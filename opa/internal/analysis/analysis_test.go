@@ -209,7 +209,7 @@ func TestAnalyze(t *testing.T) {
 		{
 			name:  "other inventory read keeps the printed node name",
 			rego:  "violation contains {\"msg\": msg} if {\n" + nodeRef + "\ncount(data.inventory.cluster.v1.Node) > 1\nmsg := sprintf(\"%v\", [node.metadata.name])\n}",
-			reads: []string{`node.metadata.name`, `data.inventory (any change)`},
+			reads: []string{`node.metadata.name`, `data.inventory (a change of the kinds it reads)`},
 			class: PerPodClassNode,
 		},
 		{

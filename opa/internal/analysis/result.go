@@ -126,7 +126,7 @@ func (a *Result) Describe() []string {
 		out = append(out, "node"+PathString(p)+" (defined)")
 	}
 	if a.InventoryOther {
-		out = append(out, "data.inventory (any change)")
+		out = append(out, "data.inventory (a change of the kinds it reads)")
 	}
 	for _, m := range a.Messages {
 		root := "input"
