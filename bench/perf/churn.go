@@ -68,14 +68,18 @@ func (s NodeSize) UpdatedNode(i, k int, kind ChurnKind) *unstructured.Unstructur
 	return n
 }
 
-// Churn updates Nodes at a rate until stopped: update number k goes to
-// node k*stride mod nodes (stride prime to the node count, so every node
-// is updated as often), written by write, which receives the node's index
-// and update number. It counts the updates written and the write errors.
+// Churn updates Nodes at a rate until stopped, Batch of them at a time
+// (a file of a policy folder rewritten whole, as a tool that dumps Nodes
+// rewrites it): batch k holds the Batch nodes from k*stride mod nodes,
+// rounded down to a multiple of Batch (stride prime to the node count, so
+// every node is updated as often), written by Write, which receives the
+// nodes' indexes and each one's update number. It counts the updates
+// written and the write errors.
 type Churn struct {
-	Rate   float64 // updates per second
+	Rate   float64 // Node updates per second
 	Nodes  int
-	Write  func(ctx context.Context, node, update int) error
+	Batch  int // Nodes per write (0: 1)
+	Write  func(ctx context.Context, nodes, updates []int) error
 	done   chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -100,9 +104,11 @@ func (c *Churn) loop(ctx context.Context) {
 	if c.Rate <= 0 || c.Nodes == 0 {
 		return
 	}
-	interval := time.Duration(float64(time.Second) / c.Rate)
+	batch := max(c.Batch, 1)
+	interval := time.Duration(float64(time.Second) * float64(batch) / c.Rate)
 	stride := churnStride(c.Nodes)
 	next := time.Now()
+	var nodes, updates []int
 	for k := 0; ; k++ {
 		next = next.Add(interval)
 		select {
@@ -110,17 +116,22 @@ func (c *Churn) loop(ctx context.Context) {
 			return
 		case <-time.After(time.Until(next)):
 		}
-		node := (k * stride) % c.Nodes
-		c.updates[node]++
-		if err := c.Write(ctx, node, c.updates[node]); err != nil {
+		first := (k * stride) % c.Nodes
+		first -= first % batch
+		nodes, updates = nodes[:0], updates[:0]
+		for i := first; i < min(first+batch, c.Nodes); i++ {
+			c.updates[i]++
+			nodes, updates = append(nodes, i), append(updates, c.updates[i])
+		}
+		if err := c.Write(ctx, nodes, updates); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			c.failed.Add(1)
+			c.failed.Add(int64(len(nodes)))
 			c.firstErr.CompareAndSwap(nil, &err)
 			continue
 		}
-		c.written.Add(1)
+		c.written.Add(int64(len(nodes)))
 	}
 }
 

@@ -87,19 +87,31 @@ func WriteNodeFolder(dir string, size NodeSize, nodes, perFile int) (*NodeFolder
 // SetKind sets what Update changes.
 func (f *NodeFolder) SetKind(k ChurnKind) { f.kind = k }
 
-// Update rewrites the file of node i with the node at update k (and its
-// other nodes as they were), through a hidden temporary file renamed over
-// it, so that the folder never holds a half-written file. The one-file
-// layout is not rewritten per update: 49 MB for a heartbeat is no
-// cluster's way.
-func (f *NodeFolder) Update(_ context.Context, i, k int) error {
+// PerFile is how many Nodes one file holds (0: all, in one file).
+func (f *NodeFolder) PerFile() int { return f.perFile }
+
+// Update rewrites the files of the nodes given with each at its update
+// number (and their other nodes as they were), each through a hidden
+// temporary file renamed over it, so that the folder never holds a
+// half-written file. The one-file layout is not rewritten per update: 49
+// MB for a heartbeat is no cluster's way.
+func (f *NodeFolder) Update(_ context.Context, nodes, updates []int) error {
 	if f.perFile <= 0 {
 		return errors.New("the one-file layout is measured still: node updates need files of a few Nodes (-node-files)")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.updates[i] = k
-	return f.writeFile(i - i%f.perFile)
+	files := map[int]bool{}
+	for j, i := range nodes {
+		f.updates[i] = updates[j]
+		files[i-i%f.perFile] = true
+	}
+	for first := range files {
+		if err := f.writeFile(first); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *NodeFolder) writeFile(first int) error {
@@ -109,10 +121,28 @@ func (f *NodeFolder) writeFile(first int) error {
 	}
 	name := fmt.Sprintf("nodes-%05d.yaml", first)
 	tmp := filepath.Join(f.dir, "."+name+".tmp")
-	if err := writeYAML(tmp, objs); err != nil {
+	if err := writeKubectlYAML(tmp, objs); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(f.dir, name))
+}
+
+// writeKubectlYAML writes objects as `kubectl get -o yaml` writes each
+// (block YAML, keys sorted), one document each.
+func writeKubectlYAML(path string, objs []*unstructured.Unstructured) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	for _, o := range objs {
+		y, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 // writeList writes every Node into one file, as `kubectl get nodes -o

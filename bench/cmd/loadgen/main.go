@@ -120,7 +120,7 @@ func parseFlags() (*flags, error) {
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on, as the service's --eval-parallelism sets it (0: the engine's default, GOMAXPROCS); with -service, passed to the service when given")
 	fs.Float64Var(&f.churn, "churn", 0, "Node updates per second written while the scenarios run (warm-ups included), as a living cluster writes them: in process through the engine's Apply, with -service by rewriting the node's file in the policy folder (0: a still cluster)")
 	fs.StringVar(&raw.churnKind, "churn-kind", string(perf.ChurnHeartbeat), `what a Node update changes: "heartbeat" (the conditions' heartbeat times and the resourceVersion, as a kubelet's status report) or "labels" (a heartbeat that also flips the maintenance label the realistic set reads)`)
-	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still)")
+	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still); -churn rewrites a file with all its Nodes updated")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	fs.Visit(func(fl *flag.Flag) {
 		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
@@ -301,8 +301,12 @@ func run() error {
 			logf("server: %v", err)
 		}
 	}()
-	churn := &perf.Churn{Rate: f.churn, Nodes: nInv, Write: func(ctx context.Context, node, update int) error {
-		if errs := env.engine.Apply(ctx, []opa.Change{{Object: f.nodeSize.UpdatedNode(node, update, f.churnKind)}}); len(errs) > 0 {
+	churn := &perf.Churn{Rate: f.churn, Nodes: nInv, Write: func(ctx context.Context, nodes, updates []int) error {
+		changes := make([]opa.Change, len(nodes))
+		for j, i := range nodes {
+			changes[j].Object = f.nodeSize.UpdatedNode(i, updates[j], f.churnKind)
+		}
+		if errs := env.engine.Apply(ctx, changes); len(errs) > 0 {
 			return errs[0]
 		}
 		return nil
@@ -403,7 +407,9 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 		NodeJSONBytes: meanNodeJSON(f.nodeSize, n), Seconds: time.Since(start).Seconds(), Memory: m, Service: f.service}
 	logf("service %s loaded %d templates, %d constraints, %d nodes in %.1fs (folder written and read); RSS %.1f MiB",
 		f.service, rep.Load.Templates, rep.Load.Constraints, n, rep.Load.Seconds, m.RSSMiB)
-	churn := &perf.Churn{Rate: f.churn, Nodes: n, Write: folder.Update}
+	// A file's Nodes change together, as a tool that dumps them rewrites
+	// the file: 20 updates a second are two files of 10.
+	churn := &perf.Churn{Rate: f.churn, Nodes: n, Batch: folder.PerFile(), Write: folder.Update}
 	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn); err != nil {
 		return err
 	}
