@@ -351,7 +351,7 @@ func folderMetrics(dir *source.Dir) []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: server.MetricsNamespace,
 			Name:      "policy_folder_refused_objects",
-			Help:      "Objects of --policy-dir not in force because they were refused: by the engine, or list items that are not objects (no kind, no name). /readyz?verbose names them.",
+			Help:      "Objects of --policy-dir not in force because they were refused: by the engine, list items that are not objects (no kind, no name), documents without a name. /readyz?verbose names them.",
 		}, func() float64 { return float64(dir.RefusedObjects()) }),
 	}
 }

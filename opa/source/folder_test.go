@@ -183,7 +183,7 @@ func TestDirNamesRefusedObjects(t *testing.T) {
 	ok, note := d.Ready()
 	for _, want := range []string{
 		"3 policy folder objects refused",
-		path + ": document 1, item 2 (): apiVersion and kind are required",
+		path + ": document 1, item 2: apiVersion and kind are required",
 		path + ": document 1, item 3 (Node): metadata.name is required",
 		"Node. bad-node: refused by the fake",
 	} {

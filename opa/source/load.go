@@ -178,13 +178,21 @@ func (sv *survey) item(doc, n int, env map[string]any, it itemInfo) {
 		why = "metadata.name is required"
 	}
 	if why != "" {
-		sv.refused = append(sv.refused, fmt.Sprintf("document %d, item %d (%s): %s", doc, n, kind, why))
+		sv.refused = append(sv.refused, fmt.Sprintf("document %d, item %d%s: %s", doc, n, kindNote(kind), why))
 		return
 	}
 	if kind == "Suite" {
 		return
 	}
 	sv.add(position{doc, n}, objectKey{apiVersion, kind, it.namespace, it.name}, it.sum)
+}
+
+// kindNote is " (Kind)", for an item whose kind is known.
+func kindNote(kind string) string {
+	if kind == "" {
+		return ""
+	}
+	return " (" + kind + ")"
 }
 
 // inlineList takes the items of a list that stayed in its document.
