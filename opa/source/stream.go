@@ -67,7 +67,10 @@ func startsJSON(br *bufio.Reader) bool {
 // sequence under a top-level "items:" key out of their document. An
 // entry's lines are those indented past its "-"; it is handed on as a
 // YAML document of its own, its "-" made a space. A document whose items
-// are written otherwise ("items: [...]", JSON) is handed on whole.
+// are written otherwise ("items: [...]", JSON) is handed on whole. An
+// item that refers to an anchor set in another (a YAML alias across
+// items, which kubectl never writes) does not parse on its own: its file
+// is reported as not parsing.
 type yamlParts struct {
 	r    *bufio.Reader
 	line []byte // the current line
