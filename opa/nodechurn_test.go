@@ -38,6 +38,27 @@ violation[{"msg": msg}] {
   msg := sprintf("namespace tier %v, node tier %v", [tier, node.metadata.labels.tier])
 }`
 
+// namespacePoolRego reads the pod's Namespace from the inventory and
+// prints the pod's and the candidate's names: the names stay out of the
+// key (the candidate is replaced under a placeholder; only the Nodes are).
+const namespacePoolRego = `package namespacepool
+violation[{"msg": msg}] {
+  ns := data.inventory.cluster["v1"].Namespace[input.review.object.metadata.namespace]
+  tier := object.get(ns.metadata.labels, "tier", "standard")
+  node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+  node.metadata.labels.tier != tier
+  msg := sprintf("pod %v wants tier %v; node %v is %v", [input.review.object.metadata.name, tier, input.review.object.spec.nodeName, node.metadata.labels.tier])
+}`
+
+// nodeQuotaRego looks another kind up by the candidate's name: the name
+// is a key there, so it stays in the memo key.
+const nodeQuotaRego = `package nodequota
+violation[{"msg": msg}] {
+  q := data.inventory.cluster["example.com/v1"].NodeQuota[input.review.object.spec.nodeName]
+  q.spec.full == true
+  msg := sprintf("node %v is full", [input.review.object.spec.nodeName])
+}`
+
 // zoneSpreadRego reads every Node: a candidate is refused while its zone
 // has fewer than two Nodes marked ready.
 const zoneSpreadRego = `package zonespread
@@ -170,7 +191,7 @@ func evaluations(e *opa.Engine, f func()) uint64 {
 func TestHeartbeatsCostNoEvaluation(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	c := newChurnCluster(40, rng)
-	regos := map[string]string{"K8sTenantNode": tenantNodeRego, "K8sNamespaceTier": namespaceTierRego}
+	regos := map[string]string{"K8sTenantNode": tenantNodeRego, "K8sNamespaceTier": namespaceTierRego, "K8sNamespacePool": namespacePoolRego}
 	memo, exact := churnEngines(t, c, regos)
 	cands := c.candidates()
 	check := func(round int) {
@@ -234,7 +255,15 @@ func TestNodeChurnKeepsVerdicts(t *testing.T) {
 		c := newChurnCluster(24, rng)
 		memo, exact := churnEngines(t, c, map[string]string{
 			"K8sTenantNode": tenantNodeRego, "K8sNamespaceTier": namespaceTierRego, "K8sZoneSpread": zoneSpreadRego,
+			"K8sNamespacePool": namespacePoolRego, "K8sNodeQuota": nodeQuotaRego,
 		})
+		for i := range c.labels {
+			if i%4 == 0 {
+				q := obj(t, fmt.Sprintf("apiVersion: example.com/v1\nkind: NodeQuota\nmetadata: {name: %s}\nspec: {full: true}\n", c.name(i)))
+				apply(t, memo, q)
+				apply(t, exact, q)
+			}
+		}
 		for round := range 30 {
 			runChurnStep(t, rng, c, memo, exact)
 			for _, p := range churnPods(round) {

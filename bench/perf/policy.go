@@ -110,6 +110,21 @@ func LoadSet(d Dirs, set string) ([]Policy, error) {
 	return nil, fmt.Errorf("unknown policy set %q (want %q, %q or %q)", set, SetMix, SetAll, SetRealistic)
 }
 
+// LoadExtra reads policies laid out as the examples are (each folder's
+// template.yaml and constraint.yaml) below dir, to add to a set: for
+// example testdata/inventory-readers, templates that read inventory
+// objects besides the candidate node.
+func LoadExtra(dir string) ([]Policy, error) {
+	tmpls, err := filepath.Glob(filepath.Join(dir, "*", "template.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(tmpls) == 0 {
+		return nil, fmt.Errorf("no */template.yaml below %s", dir)
+	}
+	return folderPolicies(tmpls, "extra/")
+}
+
 // LoadMix reads MixLibrary and the four placement examples.
 func LoadMix(d Dirs) ([]Policy, error) {
 	if err := d.Check(); err != nil {

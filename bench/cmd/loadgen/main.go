@@ -81,6 +81,8 @@ type flags struct {
 	churn     float64
 	churnKind perf.ChurnKind
 	nodeFiles int
+	// extra is a folder of policies added to the set (-extra).
+	extra string
 }
 
 func parseFlags() (*flags, error) {
@@ -118,6 +120,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: GOGC alone); with -service, passed to the service when given")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on, as the service's --eval-parallelism sets it (0: the engine's default, GOMAXPROCS); with -service, passed to the service when given")
+	fs.StringVar(&f.extra, "extra", "", "a folder of policies laid out as deploy/examples (*/template.yaml, */constraint.yaml) added to the policy set, e.g. testdata/inventory-readers (templates that read inventory objects besides the candidate node)")
 	fs.Float64Var(&f.churn, "churn", 0, "Node updates per second written while the scenarios run (warm-ups included), as a living cluster writes them: in process through the engine's Apply, with -service by rewriting the node's file in the policy folder (0: a still cluster)")
 	fs.StringVar(&raw.churnKind, "churn-kind", string(perf.ChurnHeartbeat), `what a Node update changes: "heartbeat" (the conditions' heartbeat times and the resourceVersion, as a kubelet's status report) or "labels" (a heartbeat that also flips the maintenance label the realistic set reads)`)
 	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still); -churn rewrites a file with all its Nodes updated")
@@ -136,6 +139,19 @@ func parseFlags() (*flags, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// loadPolicies reads the policy set, and -extra's policies with it.
+func (f *flags) loadPolicies(dirs perf.Dirs) ([]perf.Policy, error) {
+	ps, err := perf.LoadSet(dirs, f.policySet)
+	if err != nil || f.extra == "" {
+		return ps, err
+	}
+	extra, err := perf.LoadExtra(f.extra)
+	if err != nil {
+		return nil, fmt.Errorf("-extra: %w", err)
+	}
+	return append(ps, extra...), nil
 }
 
 // rawFlags are the flags given as text, which parseLists reads.
@@ -369,7 +385,7 @@ func finish(f *flags, rep *Report) error {
 // for it, driven over HTTP from this process.
 func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Report) error {
 	start := time.Now()
-	ps, err := perf.LoadSet(dirs, f.policySet)
+	ps, err := f.loadPolicies(dirs)
 	if err != nil {
 		return err
 	}
@@ -506,7 +522,7 @@ type env struct {
 
 func load(ctx context.Context, f *flags, dirs perf.Dirs, n int) (*env, error) {
 	start := time.Now()
-	ps, err := perf.LoadSet(dirs, f.policySet)
+	ps, err := f.loadPolicies(dirs)
 	if err != nil {
 		return nil, err
 	}

@@ -433,9 +433,12 @@ func (z *analyzer) result() *Result {
 			case related(paths, m.o.path),
 				m.o.root == Input && related(z.helperRaw, m.o.path), // a helper must see it (helper.go)
 				m.o.root == Input && !isName && PrefixRelated(m.o.path, NodeNamePath),
-				z.inv && (m.o.root == Node || isName):
-				if z.inv && (m.o.root == Node || isName) {
-					why = append(why, rootName(m.o.root)+PathString(m.o.path)+" is printed in "+m.where+", but the template reads other inventory objects, so the candidate node cannot be replaced: it stays in the memo key")
+				z.allNodes && (m.o.root == Node || isName):
+				// The candidate is replaced by evaluating with a one-Node
+				// data.inventory.cluster.v1.Node: a template reading other
+				// Nodes would see them gone. Other kinds are untouched.
+				if z.allNodes && (m.o.root == Node || isName) {
+					why = append(why, rootName(m.o.root)+PathString(m.o.path)+" is printed in "+m.where+", but the template reads Nodes other than the candidate, so the candidate node cannot be replaced: it stays in the memo key")
 				}
 				*reads = append(*reads, read{root: m.o.root, path: m.o.path, o: m.o, where: m.where})
 				changed = true
