@@ -39,9 +39,9 @@ func inventoryReadsOf(rules []*ast.Rule) inventoryReads {
 	var out inventoryReads
 	for _, rule := range rules {
 		ast.WalkRefs(rule, func(r ast.Ref) bool {
-			kind, reads, any := inventoryKindOf(r)
+			kind, reads, anyKind := inventoryKindOf(r)
 			switch {
-			case any:
+			case anyKind:
 				out.any = true
 			case reads:
 				kinds[kind] = true
@@ -61,7 +61,7 @@ func inventoryReadsOf(rules []*ast.Rule) inventoryReads {
 //
 //	data.inventory.cluster[gv][Kind]...        kind gv/Kind
 //	data.inventory.namespace[ns][gv][Kind]...  kind gv/Kind, whatever ns
-func inventoryKindOf(r ast.Ref) (kind string, reads, any bool) {
+func inventoryKindOf(r ast.Ref) (kind string, reads, anyKind bool) {
 	if len(r) == 0 || !r[0].Equal(ast.DefaultRootDocument) {
 		return "", false, false
 	}

@@ -1,0 +1,60 @@
+package opa
+
+import (
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+func TestInventoryKindOf(t *testing.T) {
+	for _, tc := range []struct {
+		ref           string
+		kind          string
+		reads, anyKnd bool
+	}{
+		{ref: `data.inventory.cluster["v1"].Namespace[x]`, kind: "v1/Namespace", reads: true},
+		{ref: `data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName].metadata`, kind: "v1/Node", reads: true},
+		{ref: `data.inventory.namespace[ns]["apps/v1"].Deployment`, kind: "apps/v1/Deployment", reads: true},
+		{ref: `data.inventory.namespace[ns][gv].Pod`, reads: true, anyKnd: true},
+		{ref: `data.inventory.cluster[gv]`, reads: true, anyKnd: true},
+		{ref: `data.inventory`, reads: true, anyKnd: true},
+		{ref: `data[x]`, reads: true, anyKnd: true},
+		{ref: `data`, reads: true, anyKnd: true},
+		{ref: `data.lib.helpers.f`},
+		{ref: `input.review.object`},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			r := ast.MustParseRef(tc.ref)
+			kind, reads, anyKind := inventoryKindOf(r)
+			if kind != tc.kind || reads != tc.reads || anyKind != tc.anyKnd {
+				t.Errorf("got (%q, %v, %v), want (%q, %v, %v)", kind, reads, anyKind, tc.kind, tc.reads, tc.anyKnd)
+			}
+		})
+	}
+}
+
+func TestInventoryReadsOf(t *testing.T) {
+	m := ast.MustParseModuleWithOpts(`package p
+violation[{"msg": msg}] {
+  ns := data.inventory.cluster["v1"].Namespace[input.review.object.metadata.namespace]
+  node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+  q := [x | x := data.inventory.namespace[_]["v1"].ConfigMap[_]]
+  msg := sprintf("%v %v %v", [ns, node, q])
+}`, ast.ParserOptions{RegoVersion: ast.RegoV0})
+	got := inventoryReadsOf(m.Rules)
+	want := []string{"v1/ConfigMap", "v1/Namespace", "v1/Node"}
+	if got.any || len(got.kinds) != len(want) {
+		t.Fatalf("got %+v, want kinds %v", got, want)
+	}
+	for i := range want {
+		if got.kinds[i] != want[i] {
+			t.Fatalf("got %+v, want kinds %v", got, want)
+		}
+	}
+	if ks := keyKinds(got, false); len(ks) != 2 {
+		t.Errorf("without other Nodes the Nodes leave the key: %v", ks)
+	}
+	if ks := keyKinds(got, true); len(ks) != 3 {
+		t.Errorf("with other Nodes the Nodes stay in the key: %v", ks)
+	}
+}
