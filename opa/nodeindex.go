@@ -12,8 +12,10 @@ import (
 // Node value, built once per inventory generation by the first request
 // large enough to pay for it, and used by the requests that read the same
 // generation in their own transaction. The generation changes with every
-// inventory write and every re-cut of the Nodes (commit), so an index
-// never serves a content other than the one it was built from.
+// inventory write that changes what the store holds and every re-cut of
+// the Nodes (commit), so an index never serves a content other than the
+// one it was built from; a Node heartbeat, which leaves the cut Node as it
+// was, keeps the index.
 
 // minIndexedCandidates is the request size from which building the index
 // (one pass over the Nodes) is worth it when none fits.
