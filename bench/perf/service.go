@@ -130,19 +130,7 @@ func (f *NodeFolder) writeFile(first int) error {
 // writeKubectlYAML writes objects as `kubectl get -o yaml` writes each
 // (block YAML, keys sorted), one document each.
 func writeKubectlYAML(path string, objs []*unstructured.Unstructured) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	for _, o := range objs {
-		y, err := yaml.Marshal(o.Object)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		b.WriteString("---\n")
-		b.Write(y)
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	return writeDocuments(path, objs, func(o any) ([]byte, error) { return yaml.Marshal(o) })
 }
 
 // writeList writes every Node into one file, as `kubectl get nodes -o
@@ -186,18 +174,26 @@ func (f *NodeFolder) writeList() error {
 // writeYAML writes objects as a multi-document YAML file (each document in
 // JSON, which is YAML).
 func writeYAML(path string, objs []*unstructured.Unstructured) error {
+	return writeDocuments(path, objs, json.Marshal)
+}
+
+// writeDocuments writes objects as a multi-document YAML file, each
+// document as encode writes it.
+func writeDocuments(path string, objs []*unstructured.Unstructured, encode func(any) ([]byte, error)) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	var b bytes.Buffer
 	for _, o := range objs {
-		j, err := json.Marshal(o.Object)
+		doc, err := encode(o.Object)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		b.WriteString("---\n")
-		b.Write(j)
-		b.WriteByte('\n')
+		b.Write(doc)
+		if len(doc) == 0 || doc[len(doc)-1] != '\n' {
+			b.WriteByte('\n')
+		}
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }

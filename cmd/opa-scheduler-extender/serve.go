@@ -286,22 +286,11 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	var debugSources []func() any
 	if f.policyDir != "" {
-		if _, err := os.Stat(f.policyDir); err != nil {
-			return fmt.Errorf("--policy-dir: %w", err)
-		}
-		dir := source.NewDir(f.policyDir, engine, source.DirOptions{Interval: f.policyPollInterval, Logger: log.With("component", "policy-dir")})
-		if err := dir.Sync(ctx); err != nil {
+		dir, err := startFolder(ctx, f, engine, &sopts, log)
+		if err != nil {
 			return err
 		}
-		go dir.Run(ctx)
-		sopts.ReadinessChecks = append(sopts.ReadinessChecks, dir.Ready)
 		debugSources = append(debugSources, func() any { return dir.Status() })
-		sopts.Registry = prometheus.NewRegistry()
-		for _, c := range folderMetrics(dir) {
-			if err := sopts.Registry.Register(c); err != nil {
-				return fmt.Errorf("policy folder metrics: %w", err)
-			}
-		}
 	}
 	var nudger *source.Nudger
 	if cfg != nil {
@@ -337,6 +326,27 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
 	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
+}
+
+// startFolder reads --policy-dir once, keeps it in sync in the background,
+// and adds its readiness check and gauges to sopts.
+func startFolder(ctx context.Context, f serveFlags, engine source.Applier, sopts *server.Options, log *slog.Logger) (*source.Dir, error) {
+	if _, err := os.Stat(f.policyDir); err != nil {
+		return nil, fmt.Errorf("--policy-dir: %w", err)
+	}
+	dir := source.NewDir(f.policyDir, engine, source.DirOptions{Interval: f.policyPollInterval, Logger: log.With("component", "policy-dir")})
+	if err := dir.Sync(ctx); err != nil {
+		return nil, err
+	}
+	go dir.Run(ctx)
+	sopts.ReadinessChecks = append(sopts.ReadinessChecks, dir.Ready)
+	sopts.Registry = prometheus.NewRegistry()
+	for _, c := range folderMetrics(dir) {
+		if err := sopts.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("policy folder metrics: %w", err)
+		}
+	}
+	return dir, nil
 }
 
 // folderMetrics are the policy folder's gauges: what its /readyz notes
