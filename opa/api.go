@@ -4,55 +4,17 @@ import (
 	"encoding/json"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
-
-// DefaultEnforcementPoint is the name this service answers to in a
-// constraint's scopedEnforcementActions.
-const DefaultEnforcementPoint = "opa-scheduler-extender"
-
-// ActionAnnotation overrides, for this enforcement point only, the action a
-// constraint's spec gives. Gatekeeper ignores it, so it works in clusters
-// whose Gatekeeper rejects unknown enforcement points in
-// scopedEnforcementActions.
-const ActionAnnotation = "opa-scheduler-extender/enforcement-action"
-
-// Action is what a violated constraint does at this enforcement point.
-type Action string
-
-const (
-	// Deny filters the node out.
-	Deny Action = "deny"
-	// Warn lowers the node's score.
-	Warn Action = "warn"
-	// DryRun only counts and logs.
-	DryRun Action = "dryrun"
-)
-
-// Well-known API groups of Gatekeeper objects.
-const (
-	TemplateGroup   = "templates.gatekeeper.sh"
-	ConstraintGroup = "constraints.gatekeeper.sh"
-	// TargetName is the only target this engine evaluates.
-	TargetName = "admission.k8s.gatekeeper.sh"
-)
-
-// ConstraintKey names a constraint: its kind (the template's CRD kind) and name.
-type ConstraintKey struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
-}
-
-func (k ConstraintKey) String() string { return k.Kind + "/" + k.Name }
 
 // Violation is one element of a template's violation set, or an evaluation
 // or match error turned into a violation (fail closed).
 type Violation struct {
-	Constraint ConstraintKey   `json:"constraint"`
-	Action     Action          `json:"action"`
-	Message    string          `json:"msg"`
-	Details    json.RawMessage `json:"details,omitempty"`
+	Constraint policy.ConstraintKey `json:"constraint"`
+	Action     policy.Action        `json:"action"`
+	Message    string               `json:"msg"`
+	Details    json.RawMessage      `json:"details,omitempty"`
 	// Error is true when the violation stands for an evaluation error or a
 	// match error rather than a rule of the template.
 	Error bool `json:"error,omitempty"`
@@ -124,9 +86,9 @@ type NodeVerdict struct {
 
 // ConstraintTrace is one constraint's verdict on one node, for explain.
 type ConstraintTrace struct {
-	Constraint ConstraintKey `json:"constraint"`
-	Action     Action        `json:"action"`
-	Violations []string      `json:"violations,omitempty"`
+	Constraint policy.ConstraintKey `json:"constraint"`
+	Action     policy.Action        `json:"action"`
+	Violations []string             `json:"violations,omitempty"`
 	// Memoised is true when the verdict came from the memo.
 	Memoised bool `json:"memoised"`
 	// PerPod is true when the template cannot read the node, so the verdict
@@ -218,7 +180,7 @@ type ConstraintStatus struct {
 	Active bool   `json:"active"`
 	// Action at this enforcement point; empty when the constraint does not
 	// apply here (scoped to other points).
-	Action Action `json:"action,omitempty"`
+	Action policy.Action `json:"action,omitempty"`
 	// Error is why the newest version was refused (an older one may be in
 	// force: Active).
 	Error string `json:"error,omitempty"`
@@ -256,35 +218,3 @@ type Stats struct {
 	PolicyGeneration  uint64
 	LastApply         time.Time // last successful policy or inventory change
 }
-
-// ObjectRef identifies an object for removal.
-type ObjectRef struct {
-	GroupVersionKind schema.GroupVersionKind
-	Namespace, Name  string
-}
-
-// Change is one object added, updated or removed. Sources send batches of
-// them to Apply.
-type Change struct {
-	// Object to upsert; nil for a deletion.
-	Object *unstructured.Unstructured
-	// Delete names the object to remove when Object is nil.
-	Delete *ObjectRef
-}
-
-// ApplyError reports one change that was refused.
-type ApplyError struct {
-	Ref ObjectRef
-	Err error
-}
-
-func (e *ApplyError) Error() string {
-	gvk := e.Ref.GroupVersionKind
-	name := e.Ref.Name
-	if e.Ref.Namespace != "" {
-		name = e.Ref.Namespace + "/" + name
-	}
-	return gvk.Kind + "." + gvk.Group + " " + name + ": " + e.Err.Error()
-}
-
-func (e *ApplyError) Unwrap() error { return e.Err }

@@ -23,7 +23,9 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/compact"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // Options configure an Engine. The zero value is usable.
@@ -97,7 +99,7 @@ type Engine struct {
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex
 	templates   map[string]*templateState // by template name
-	constraints map[ConstraintKey]*constraintState
+	constraints map[policy.ConstraintKey]*constraintState
 	invCounts   map[string]int
 	// helperOwners are the helper memo's owners by helper identity.
 	helperOwners map[string]uint64
@@ -130,12 +132,12 @@ type Engine struct {
 }
 
 type templateState struct {
-	current *template // in force; nil if never compiled
-	err     error     // last rejected version
+	current *gatekeeper.Template // in force; nil if never compiled
+	err     error                // last rejected version
 }
 
 type constraintState struct {
-	current *constraint
+	current *gatekeeper.Constraint
 	err     error // last rejected version
 	bindErr error // the version in force does not fit its template's schema
 }
@@ -159,7 +161,7 @@ func (s *snapshot) nodeView() nodeView {
 }
 
 type compiledTemplate struct {
-	t        *template
+	t        *gatekeeper.Template
 	compiler *ast.Compiler
 	rules    []*ast.Rule
 	// analysis is the template's, without any constraint's parameters.
@@ -179,7 +181,7 @@ type compiledTemplate struct {
 }
 
 type boundConstraint struct {
-	c    *constraint
+	c    *gatekeeper.Constraint
 	tmpl *compiledTemplate
 	// owner names this constraint's results in the memo; kept while the
 	// constraint and its template are unchanged.
@@ -220,17 +222,17 @@ type boundConstraint struct {
 // maxNodeClasses bounds each constraint's table of node classes.
 const maxNodeClasses = 1 << 17
 
-func (e *Engine) bind(c *constraint, ct *compiledTemplate, owner uint64) (*boundConstraint, error) {
-	params, err := checkParameters(ct.t.schema, c.rawParameters, ct.t.legacySchema)
+func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint64) (*boundConstraint, error) {
+	params, err := gatekeeper.CheckParameters(ct.t.Schema, c.RawParameters, ct.t.LegacySchema)
 	if err != nil {
 		return nil, err
 	}
 	pv, err := ast.InterfaceToValue(params)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec.parameters: %v", ErrInvalidConstraint, err)
+		return nil, fmt.Errorf("%w: spec.parameters: %v", gatekeeper.ErrInvalidConstraint, err)
 	}
 	bc := &boundConstraint{c: c, tmpl: ct, owner: owner, classes: memo.NewClasses(maxNodeClasses), parameters: pv}
-	bc.analysis = analysis.Analyze(ct.compiler, ct.rules, templateRoot(ct.t.kind), pv)
+	bc.analysis = analysis.Analyze(ct.compiler, ct.rules, gatekeeper.TemplateRoot(ct.t.Kind), pv)
 	bc.class = bc.analysis.Classify()
 	for _, p := range bc.analysis.InputPaths {
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
@@ -282,7 +284,7 @@ var generationPath = storage.Path{"opa_scheduler_extender", "inventory_generatio
 // New starts an engine with an embedded OPA SDK instance.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.EnforcementPoint == "" {
-		opts.EnforcementPoint = DefaultEnforcementPoint
+		opts.EnforcementPoint = policy.DefaultEnforcementPoint
 	}
 	if opts.UserInfo == nil {
 		opts.UserInfo = map[string]any{"username": "system:kube-scheduler", "groups": []any{"system:authenticated"}}
@@ -303,7 +305,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		opts:        opts,
 		log:         opts.Logger,
 		templates:   map[string]*templateState{},
-		constraints: map[ConstraintKey]*constraintState{},
+		constraints: map[policy.ConstraintKey]*constraintState{},
 		invCounts:   map[string]int{},
 		nodesRaw:    map[string][]byte{},
 		view:        nodeView{key: "?"},
@@ -379,11 +381,11 @@ func capabilities(allowNetwork bool) *ast.Capabilities {
 // change that is refused (a template that does not compile, an invalid
 // constraint) is reported and leaves the previous version of that object
 // in force; the rest of the batch still applies.
-func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
+func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.ApplyError {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	b := &batch{templates: map[string]*template{}}
+	b := &batch{templates: map[string]*gatekeeper.Template{}}
 	for _, ch := range changes {
 		ref, err := changeRef(ch)
 		if err != nil {
@@ -392,9 +394,9 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 		}
 		gvk := ref.GroupVersionKind
 		switch {
-		case gvk.Group == TemplateGroup && gvk.Kind == "ConstraintTemplate":
+		case gvk.Group == policy.TemplateGroup && gvk.Kind == "ConstraintTemplate":
 			e.stageTemplate(b, ch, ref)
-		case gvk.Group == ConstraintGroup:
+		case gvk.Group == policy.ConstraintGroup:
 			e.stageConstraint(b, ch, ref)
 		default:
 			b.inventory = append(b.inventory, ch)
@@ -410,7 +412,7 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 				b.fail(templateRef(name), err)
 			}
 		}
-		b.templates = map[string]*template{}
+		b.templates = map[string]*gatekeeper.Template{}
 		next, _ = e.nextSnapshot(ctx, nil, b.constraintsChanged)
 	}
 	if ierrs := e.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
@@ -421,31 +423,31 @@ func (e *Engine) Apply(ctx context.Context, changes []Change) []*ApplyError {
 
 // batch is what one Apply stages before its commit.
 type batch struct {
-	templates          map[string]*template // name -> new version, nil = delete
+	templates          map[string]*gatekeeper.Template // name -> new version, nil = delete
 	constraintsChanged bool
-	inventory          []Change
-	errs               []*ApplyError
+	inventory          []policy.Change
+	errs               []*policy.ApplyError
 }
 
-func (b *batch) fail(ref ObjectRef, err error) {
-	b.errs = append(b.errs, &ApplyError{Ref: ref, Err: err})
+func (b *batch) fail(ref policy.ObjectRef, err error) {
+	b.errs = append(b.errs, &policy.ApplyError{Ref: ref, Err: err})
 }
 
-func templateRef(name string) ObjectRef {
-	return ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}
+func templateRef(name string) policy.ObjectRef {
+	return policy.ObjectRef{GroupVersionKind: schema.GroupVersionKind{Group: policy.TemplateGroup, Kind: "ConstraintTemplate"}, Name: name}
 }
 
 // stageTemplate parses and compiles a template change on its own; a
 // refused one leaves the version in force.
-func (e *Engine) stageTemplate(b *batch, ch Change, ref ObjectRef) {
+func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef) {
 	if ch.Object == nil {
 		b.templates[ref.Name] = nil
 		return
 	}
-	if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.resourceVersion, ch.Object) {
+	if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.ResourceVersion, ch.Object) {
 		return
 	}
-	t, err := parseTemplate(ch.Object)
+	t, err := gatekeeper.ParseTemplate(ch.Object)
 	if err == nil {
 		err = compileAlone(t, e.caps)
 	}
@@ -462,8 +464,8 @@ func (e *Engine) stageTemplate(b *batch, ch Change, ref ObjectRef) {
 // stageConstraint parses a constraint change and checks its parameters
 // against its template's schema (the staged version, when the batch
 // changes it); a refused one leaves the version in force.
-func (e *Engine) stageConstraint(b *batch, ch Change, ref ObjectRef) {
-	key := ConstraintKey{Kind: ref.GroupVersionKind.Kind, Name: ref.Name}
+func (e *Engine) stageConstraint(b *batch, ch policy.Change, ref policy.ObjectRef) {
+	key := policy.ConstraintKey{Kind: ref.GroupVersionKind.Kind, Name: ref.Name}
 	if ch.Object == nil {
 		if _, ok := e.constraints[key]; ok {
 			delete(e.constraints, key)
@@ -483,16 +485,16 @@ func (e *Engine) stageConstraint(b *batch, ch Change, ref ObjectRef) {
 		b.fail(ref, err)
 		b.constraintsChanged = true // its status changed
 	}
-	c, err := parseConstraint(ch.Object, e.opts.EnforcementPoint)
+	c, err := gatekeeper.ParseConstraint(ch.Object, e.opts.EnforcementPoint)
 	if err != nil {
 		refuse(err)
 		return
 	}
-	if st.current != nil && st.err == nil && st.current.content == c.content {
+	if st.current != nil && st.err == nil && st.current.Content == c.Content {
 		return
 	}
 	if t := e.templateForKind(key.Kind, b.templates); t != nil {
-		if _, err := checkParameters(t.schema, c.rawParameters, t.legacySchema); err != nil {
+		if _, err := gatekeeper.CheckParameters(t.Schema, c.RawParameters, t.LegacySchema); err != nil {
 			refuse(err)
 			return
 		}
@@ -509,13 +511,13 @@ func (e *Engine) refuseDuplicateKinds(b *batch) {
 			continue
 		}
 		for other, st := range e.templates {
-			if other == name || st.current == nil || st.current.kind != t.kind {
+			if other == name || st.current == nil || st.current.Kind != t.Kind {
 				continue
 			}
-			if o, changing := b.templates[other]; changing && (o == nil || o.kind != t.kind) {
+			if o, changing := b.templates[other]; changing && (o == nil || o.Kind != t.Kind) {
 				continue
 			}
-			err := fmt.Errorf("%w: kind %s is already defined by template %s", ErrInvalidTemplate, t.kind, other)
+			err := fmt.Errorf("%w: kind %s is already defined by template %s", gatekeeper.ErrInvalidTemplate, t.Kind, other)
 			e.templateState(name).err = err
 			b.fail(templateRef(name), err)
 			delete(b.templates, name)
@@ -526,9 +528,9 @@ func (e *Engine) refuseDuplicateKinds(b *batch) {
 
 // templateForKind finds the template that will define kind after this
 // batch: one changed in it, else the one in force.
-func (e *Engine) templateForKind(kind string, changed map[string]*template) *template {
+func (e *Engine) templateForKind(kind string, changed map[string]*gatekeeper.Template) *gatekeeper.Template {
 	for _, t := range changed {
-		if t != nil && t.kind == kind {
+		if t != nil && t.Kind == kind {
 			return t
 		}
 	}
@@ -536,7 +538,7 @@ func (e *Engine) templateForKind(kind string, changed map[string]*template) *tem
 		if t, deleting := changed[name]; deleting && t == nil {
 			continue
 		}
-		if st.current != nil && st.current.kind == kind {
+		if st.current != nil && st.current.Kind == kind {
 			return st.current
 		}
 	}
@@ -556,9 +558,9 @@ func (e *Engine) templateState(name string) *templateState {
 	return st
 }
 
-func changeRef(ch Change) (ObjectRef, error) {
+func changeRef(ch policy.Change) (policy.ObjectRef, error) {
 	if ch.Object != nil {
-		ref := ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Namespace: ch.Object.GetNamespace(), Name: ch.Object.GetName()}
+		ref := policy.ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Namespace: ch.Object.GetNamespace(), Name: ch.Object.GetName()}
 		if ref.GroupVersionKind.Kind == "" || ref.GroupVersionKind.Version == "" {
 			return ref, errors.New("apiVersion and kind are required")
 		}
@@ -568,25 +570,25 @@ func changeRef(ch Change) (ObjectRef, error) {
 		return ref, nil
 	}
 	if ch.Delete == nil {
-		return ObjectRef{}, errors.New("change has neither an object nor a deletion")
+		return policy.ObjectRef{}, errors.New("change has neither an object nor a deletion")
 	}
 	return *ch.Delete, nil
 }
 
 // compileAlone compiles one template on its own, so that its errors are
 // its own and never blamed on the policy set.
-func compileAlone(t *template, caps *ast.Capabilities) error {
+func compileAlone(t *gatekeeper.Template, caps *ast.Capabilities) error {
 	c := ast.NewCompiler().WithCapabilities(caps).WithEnablePrintStatements(false)
-	c.Compile(t.modules)
+	c.Compile(t.Modules)
 	if c.Failed() {
-		return fmt.Errorf("%w: compile: %v", ErrInvalidTemplate, c.Errors)
+		return fmt.Errorf("%w: compile: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
 	}
 	return nil
 }
 
 // nextSnapshot builds the policy set that results from the changes. It
 // compiles only when templates changed.
-func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template, constraintsChanged bool) (*snapshot, error) {
+func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeeper.Template, constraintsChanged bool) (*snapshot, error) {
 	cur := e.snap.Load()
 	if len(changed) == 0 && !constraintsChanged {
 		return nil, nil
@@ -594,7 +596,7 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 	next := &snapshot{generation: cur.generation + 1, compiler: cur.compiler, templates: cur.templates}
 	if len(changed) > 0 {
 		// The whole set of templates in force after the change.
-		byName := map[string]*template{}
+		byName := map[string]*gatekeeper.Template{}
 		for name, st := range e.templates {
 			if st.current != nil {
 				byName[name] = st.current
@@ -609,30 +611,30 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 		}
 		modules := map[string]*ast.Module{}
 		for _, t := range byName {
-			for id, m := range t.modules {
+			for id, m := range t.Modules {
 				modules[id] = m.Copy()
 			}
 		}
 		c := ast.NewCompiler().WithCapabilities(e.caps).WithEnablePrintStatements(false)
 		c.Compile(modules)
 		if c.Failed() {
-			return nil, fmt.Errorf("%w: compile policy set: %v", ErrInvalidTemplate, c.Errors)
+			return nil, fmt.Errorf("%w: compile policy set: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
 		}
 		next.compiler = c
 		next.templates = map[string]*compiledTemplate{}
 		for _, t := range byName {
 			ct, err := e.prepare(ctx, c, t)
 			if err != nil {
-				return nil, fmt.Errorf("prepare template %s: %w", t.name, err)
+				return nil, fmt.Errorf("prepare template %s: %w", t.Name, err)
 			}
-			next.templates[t.kind] = ct
+			next.templates[t.Kind] = ct
 		}
 	}
 	// Bind constraints to the templates in force; keep the memo of every
 	// constraint whose constraint and template are unchanged.
-	old := map[ConstraintKey]*boundConstraint{}
+	old := map[policy.ConstraintKey]*boundConstraint{}
 	for _, bc := range cur.constraints {
-		old[bc.c.key] = bc
+		old[bc.c.Key] = bc
 	}
 	for key, st := range e.constraints {
 		if st.current == nil {
@@ -661,7 +663,7 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 		next.constraints = append(next.constraints, bc)
 	}
 	sort.Slice(next.constraints, func(i, j int) bool {
-		a, b := next.constraints[i].c.key, next.constraints[j].c.key
+		a, b := next.constraints[i].c.Key, next.constraints[j].c.Key
 		if a.Kind != b.Kind {
 			return a.Kind < b.Kind
 		}
@@ -671,20 +673,20 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*template,
 	return next, nil
 }
 
-func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*compiledTemplate, error) {
+func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Template) (*compiledTemplate, error) {
 	var rules []*ast.Rule
-	for id := range t.modules {
+	for id := range t.Modules {
 		rules = append(rules, c.Modules[id].Rules...)
 	}
-	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, templateRoot(t.kind), nil),
-		guards: analysis.Guards(rules, templateRoot(t.kind)), invReads: inventoryReadsOf(rules)}
+	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, gatekeeper.TemplateRoot(t.Kind), nil),
+		guards: analysis.Guards(rules, gatekeeper.TemplateRoot(t.Kind)), invReads: inventoryReadsOf(rules)}
 	var err error
-	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.queryRef())))
+	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.QueryRef())))
 	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
 		return nil, err
 	}
 	override := ast.MustParseBodyWithOpts(
-		fmt.Sprintf("%s with input as input.review_input with data.inventory.cluster.v1.Node as input.nodes", t.queryRef()),
+		fmt.Sprintf("%s with input as input.review_input with data.inventory.cluster.v1.Node as input.nodes", t.QueryRef()),
 		ast.ParserOptions{RegoVersion: ast.RegoV1})
 	if ct.overrideQuery, err = rego.New(rego.ParsedQuery(override), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
 		return nil, err
@@ -695,14 +697,14 @@ func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *template) (*co
 // writeInventoryChanges writes the inventory changes of a commit: the
 // object counts they change and the kinds whose stored objects changed,
 // by inventoryKey, and the changes refused.
-func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []Change, view nodeView, raw map[string][]byte) (map[string]int, map[string]bool, []*ApplyError) {
+func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []policy.Change, view nodeView, raw map[string][]byte) (map[string]int, map[string]bool, []*policy.ApplyError) {
 	counts, changedKinds := map[string]int{}, map[string]bool{}
-	var errs []*ApplyError
+	var errs []*policy.ApplyError
 	for _, ch := range inv {
 		ref, _ := changeRef(ch)
 		delta, changed, err := e.writeInventory(ctx, txn, ch, view, raw)
 		if err != nil {
-			errs = append(errs, &ApplyError{Ref: ref, Err: err})
+			errs = append(errs, &policy.ApplyError{Ref: ref, Err: err})
 			continue
 		}
 		key := inventoryKey(ref.GroupVersionKind)
@@ -751,7 +753,7 @@ func (e *Engine) bumpGenerations(ctx context.Context, txn storage.Transaction, c
 
 // commit writes policies and inventory in one store transaction and
 // installs the next snapshot when its compiler is in force.
-func (e *Engine) commit(ctx context.Context, templates map[string]*template, next *snapshot, inv []Change) []*ApplyError {
+func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *snapshot, inv []policy.Change) []*policy.ApplyError {
 	if next == nil && len(inv) == 0 {
 		return nil
 	}
@@ -759,23 +761,23 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	params.Context = storage.NewContext()
 	txn, err := e.store.NewTransaction(ctx, params)
 	if err != nil {
-		return []*ApplyError{{Err: fmt.Errorf("open store transaction: %w", err)}}
+		return []*policy.ApplyError{{Err: fmt.Errorf("open store transaction: %w", err)}}
 	}
-	var errs []*ApplyError
+	var errs []*policy.ApplyError
 	for name, t := range templates {
 		prev := e.templates[name]
 		if prev != nil && prev.current != nil {
-			for id := range prev.current.texts {
-				if t == nil || t.texts[id] == nil {
+			for id := range prev.current.Texts {
+				if t == nil || t.Texts[id] == nil {
 					_ = e.store.DeletePolicy(ctx, txn, id)
 				}
 			}
 		}
 		if t != nil {
-			for id, text := range t.texts {
+			for id, text := range t.Texts {
 				if err := e.store.UpsertPolicy(ctx, txn, id, text); err != nil {
 					e.store.Abort(ctx, txn)
-					return []*ApplyError{{Err: fmt.Errorf("store template %s: %w", name, err)}}
+					return []*policy.ApplyError{{Err: fmt.Errorf("store template %s: %w", name, err)}}
 				}
 			}
 		}
@@ -783,7 +785,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	view, raw, err := e.cutNodes(ctx, txn, next)
 	if err != nil {
 		e.store.Abort(ctx, txn)
-		return append(errs, &ApplyError{Err: err})
+		return append(errs, &policy.ApplyError{Err: err})
 	}
 	if !view.all {
 		e.prepareNodeCodec(inv)
@@ -797,7 +799,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	gen, err := e.bumpGenerations(ctx, txn, changedKinds, view.key != e.view.key)
 	if err != nil {
 		e.store.Abort(ctx, txn)
-		return append(errs, &ApplyError{Err: err})
+		return append(errs, &policy.ApplyError{Err: err})
 	}
 	if next != nil && len(templates) > 0 {
 		plugins.SetCompilerOnContext(params.Context, next.compiler)
@@ -805,7 +807,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*template, nex
 	}
 	if err := e.store.Commit(ctx, txn); err != nil {
 		e.pending = nil
-		return append(errs, &ApplyError{Err: fmt.Errorf("commit: %w", err)})
+		return append(errs, &policy.ApplyError{Err: fmt.Errorf("commit: %w", err)})
 	}
 	if next != nil {
 		if len(templates) == 0 {

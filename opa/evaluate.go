@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 var (
@@ -28,7 +30,7 @@ type podInput struct {
 	review          ast.Object
 	name, namespace string
 	labels          map[string]string
-	ns              *namespaceInfo
+	ns              *gatekeeper.NamespaceInfo
 }
 
 func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod) podInput {
@@ -52,28 +54,28 @@ func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod
 // anew each time.
 type namespaceCache struct {
 	mu      sync.Mutex
-	byValue map[ast.Value]*namespaceInfo
+	byValue map[ast.Value]*gatekeeper.NamespaceInfo
 }
 
 const maxCachedNamespaces = 4096
 
 // of is the namespaceInfo of the namespace named name whose object is v
 // (read-only: it is shared by the requests).
-func (c *namespaceCache) of(name string, v ast.Value) *namespaceInfo {
+func (c *namespaceCache) of(name string, v ast.Value) *gatekeeper.NamespaceInfo {
 	if _, ok := v.(ast.Object); !ok {
 		// Not a namespace object (keyed only by objects, which are
 		// pointers): matching reads no labels of it.
-		return &namespaceInfo{name: name, labels: valueLabels(v)}
+		return &gatekeeper.NamespaceInfo{Name: name, Labels: valueLabels(v)}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ns := c.byValue[v]; ns != nil && ns.name == name {
+	if ns := c.byValue[v]; ns != nil && ns.Name == name {
 		return ns
 	}
 	if c.byValue == nil || len(c.byValue) >= maxCachedNamespaces {
-		c.byValue = map[ast.Value]*namespaceInfo{}
+		c.byValue = map[ast.Value]*gatekeeper.NamespaceInfo{}
 	}
-	ns := &namespaceInfo{name: name, labels: valueLabels(v)}
+	ns := &gatekeeper.NamespaceInfo{Name: name, Labels: valueLabels(v)}
 	c.byValue[v] = ns
 	return ns
 }
@@ -278,16 +280,16 @@ func (r *request) matchPod(p *Placement) (steps []podStep, podOnly, nodeReading 
 	steps, podOnly = b.steps[:0], b.podOnly[:0]
 	defer func() { b.steps, b.podOnly = steps, podOnly }()
 	in := r.in
-	m := &matchable{gvk: podGVK, name: in.name, namespace: in.namespace, labels: in.labels, ns: in.ns, source: "Original"}
+	m := &gatekeeper.Matchable{GVK: podGVK, Name: in.name, Namespace: in.namespace, Labels: in.labels, NS: in.ns, Source: "Original"}
 	for order, bc := range r.snap.constraints {
-		if bc.c.action == "" {
+		if bc.c.Action == "" {
 			continue // scoped to other enforcement points
 		}
-		matched, err := bc.c.match.matches(m)
+		matched, err := bc.c.Match.Matches(m)
 		if err == nil && !matched {
 			continue
 		}
-		if bc.c.action == Warn {
+		if bc.c.Action == policy.Warn {
 			p.MatchedWarnConstraints++
 		}
 		step := podStep{bc: bc, order: order, matchErr: err}
@@ -533,7 +535,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
 	// Cells are made at the first violation: most constraints are
 	// violated on no candidate of most pods.
-	col := column{constraint: bc.c.key, action: bc.c.action, order: order, ph: r.e.ph, pod: pod.bind}
+	col := column{constraint: bc.c.Key, action: bc.c.Action, order: order, ph: r.e.ph, pod: pod.bind}
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.
@@ -799,7 +801,7 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 		p.Common = p.newCommon(max(len(res), int(r.e.commonHint.Load())))
 	}
 	for _, x := range res {
-		p.Common = append(p.Common, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err, order: order})
+		p.Common = append(p.Common, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.msg, Details: x.details, Error: x.err, order: order})
 	}
 	if n := int32(min(len(p.Common), maxCommonHint)); n > r.e.commonHint.Load() {
 		r.e.commonHint.Store(n)
@@ -819,7 +821,7 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 }
 
 func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) ConstraintTrace {
-	t := ConstraintTrace{Constraint: bc.c.key, Action: bc.c.action, Memoised: hit, PerPod: perPod, Duration: d,
+	t := ConstraintTrace{Constraint: bc.c.Key, Action: bc.c.Action, Memoised: hit, PerPod: perPod, Duration: d,
 		Evaluated: string(bc.class), Why: bc.analysis.Why, Keyed: r.keptPrinted(bc)}
 	for _, x := range res {
 		t.Violations = append(t.Violations, x.msg)

@@ -12,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
@@ -94,7 +95,7 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast
 	if err != nil {
 		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
 	}
-	identity := helperIdentity(analysis.HelperDependencies(ct.compiler, templateRoot(ct.t.kind), h), h, bc.parameters)
+	identity := helperIdentity(analysis.HelperDependencies(ct.compiler, gatekeeper.TemplateRoot(ct.t.Kind), h), h, bc.parameters)
 	kh := &keyHelper{owner: e.helperOwner(identity), identity: identity, reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
 	arg := path[:len(path)-1]
 	kh.argPlan = compileInput(arg)

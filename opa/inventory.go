@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,7 +36,7 @@ func inventoryKey(gvk schema.GroupVersionKind) string {
 // policy has a reason to read it, and the inventory of a 5000-node cluster
 // must stay small. This is the one place the inventory differs from
 // Gatekeeper's.
-func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch Change, view nodeView, raw map[string][]byte) (delta int, changed bool, err error) {
+func (e *Engine) writeInventory(ctx context.Context, txn storage.Transaction, ch policy.Change, view nodeView, raw map[string][]byte) (delta int, changed bool, err error) {
 	ref, _ := changeRef(ch)
 	path := inventoryPath(ref.GroupVersionKind, ref.Namespace, ref.Name)
 	old, err := e.store.Read(ctx, txn, path)
@@ -107,7 +108,7 @@ func withoutManagedFields(content map[string]any) map[string]any {
 	return c2
 }
 
-func isNode(ref ObjectRef) bool {
+func isNode(ref policy.ObjectRef) bool {
 	return ref.GroupVersionKind.Group == "" && ref.GroupVersionKind.Version == "v1" && ref.GroupVersionKind.Kind == "Node" && ref.Namespace == ""
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -44,8 +45,8 @@ func TestNodeIndexLetsOldNodesGo(t *testing.T) {
 	}
 	// A write that changes what the store holds (a label no policy reads
 	// changes nothing there: Nodes are kept cut to what policies read).
-	gone := &ObjectRef{GroupVersionKind: objs[0].GroupVersionKind(), Name: "n00"}
-	if errs := e.Apply(ctx, []Change{{Delete: gone}}); len(errs) > 0 {
+	gone := &policy.ObjectRef{GroupVersionKind: objs[0].GroupVersionKind(), Name: "n00"}
+	if errs := e.Apply(ctx, []policy.Change{{Delete: gone}}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	if _, err := e.Evaluate(ctx, PlacementRequest{Pod: pod, Candidates: cands[:2]}); err != nil {

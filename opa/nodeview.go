@@ -12,6 +12,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/compact"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // Nodes are the bulk of the inventory (a kubelet's Node is 10 KB of JSON
@@ -196,7 +197,7 @@ const dictionarySamples = 3
 
 // prepareNodeCodec makes the node codec, before the first Node of changes
 // is kept, from the first few of them.
-func (e *Engine) prepareNodeCodec(changes []Change) {
+func (e *Engine) prepareNodeCodec(changes []policy.Change) {
 	if e.codec == nil {
 		if samples := nodeSamples(changes); len(samples) > 0 {
 			e.nodeCodec(samples...)
@@ -206,7 +207,7 @@ func (e *Engine) prepareNodeCodec(changes []Change) {
 
 // nodeSamples are the first Nodes of changes, as the kept copies would
 // hold them.
-func nodeSamples(changes []Change) [][]byte {
+func nodeSamples(changes []policy.Change) [][]byte {
 	var out [][]byte
 	for _, ch := range changes {
 		if len(out) == dictionarySamples {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -61,10 +62,10 @@ spec:
 	}
 }
 
-func changesOf(objs []*unstructured.Unstructured) []Change {
-	out := make([]Change, len(objs))
+func changesOf(objs []*unstructured.Unstructured) []policy.Change {
+	out := make([]policy.Change, len(objs))
 	for i, o := range objs {
-		out[i] = Change{Object: o}
+		out[i] = policy.Change{Object: o}
 	}
 	return out
 }

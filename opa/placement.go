@@ -3,6 +3,8 @@ package opa
 import (
 	"strings"
 	"sync/atomic"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // Placement is the answer to a PlacementRequest.
@@ -75,8 +77,8 @@ func (p *Placement) AddTrace(i int, t ...ConstraintTrace) {
 
 // column is one node-reading constraint's verdicts, one cell per node.
 type column struct {
-	constraint ConstraintKey
-	action     Action
+	constraint policy.ConstraintKey
+	action     policy.Action
 	order      int
 	ph         *placeholders
 	// pod are the pod's printed values, for every cell.
@@ -170,7 +172,7 @@ func (p *Placement) settle() {
 	for c := range p.columns {
 		col := &p.columns[c]
 		col.deny = nil
-		if col.action != Deny || col.ph == nil {
+		if col.action != policy.Deny || col.ph == nil {
 			continue
 		}
 		for k, res := range col.results {
@@ -184,14 +186,14 @@ func (p *Placement) settle() {
 		}
 	}
 	p.commonDeny, p.commonWarn = false, 0
-	var last ConstraintKey
+	var last policy.ConstraintKey
 	for i := range p.Common {
 		x := &p.Common[i]
 		switch x.Action {
-		case Deny:
+		case policy.Deny:
 			p.commonDeny = true
-		case Warn:
-			if i == 0 || x.Constraint != last || p.Common[i-1].Action != Warn {
+		case policy.Warn:
+			if i == 0 || x.Constraint != last || p.Common[i-1].Action != policy.Warn {
 				p.commonWarn++
 			}
 		}
@@ -208,7 +210,7 @@ func (p *Placement) EachViolation(i int, f func(*Violation)) {
 
 // EachViolationOf is EachViolation for the violations of one action ("":
 // all); messages of the others are never written.
-func (p *Placement) EachViolationOf(i int, action Action, f func(*Violation)) {
+func (p *Placement) EachViolationOf(i int, action policy.Action, f func(*Violation)) {
 	if p.Nodes[i].Unknown {
 		return
 	}
@@ -246,7 +248,7 @@ func (p *Placement) Denied(i int) bool {
 	}
 	j := p.cellOf(i)
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Deny && col.cells[j].result > 0 {
+		if col := &p.columns[c]; col.action == policy.Deny && col.cells[j].result > 0 {
 			return true
 		}
 	}
@@ -262,7 +264,7 @@ func (p *Placement) ViolatedWarnConstraints(i int) int {
 	n := p.commonWarn
 	j := p.cellOf(i)
 	for c := range p.columns {
-		if col := &p.columns[c]; col.action == Warn && col.cells[j].result > 0 {
+		if col := &p.columns[c]; col.action == policy.Warn && col.cells[j].result > 0 {
 			n++
 		}
 	}
@@ -272,7 +274,7 @@ func (p *Placement) ViolatedWarnConstraints(i int) int {
 // Decisions calls f once per (constraint, action) violated on some known
 // node, with the number of known nodes it is violated on (a constraint
 // violated several times on one node counts once).
-func (p *Placement) Decisions(f func(c ConstraintKey, a Action, nodes int)) {
+func (p *Placement) Decisions(f func(c policy.ConstraintKey, a policy.Action, nodes int)) {
 	known := 0
 	for i := range p.Nodes {
 		if !p.Nodes[i].Unknown {
@@ -323,8 +325,8 @@ func (p *Placement) Score(i int) int64 {
 func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int, generation uint64) *Placement {
 	p := &Placement{Nodes: nodes, MatchedWarnConstraints: matchedWarn, Generation: generation}
 	type colKey struct {
-		c ConstraintKey
-		a Action
+		c policy.ConstraintKey
+		a policy.Action
 	}
 	index := map[colKey]int{}
 	for i, vs := range violations {
@@ -413,13 +415,13 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 	common, cols := p.Common, p.columns
 	for len(common) > 0 || len(cols) > 0 {
 		if len(cols) == 0 || (len(common) > 0 && common[0].order <= cols[0].order) {
-			if common[0].Action == Deny {
+			if common[0].Action == policy.Deny {
 				d.violation(&common[0])
 			}
 			common = common[1:]
 			continue
 		}
-		if c := &cols[0]; c.action == Deny && c.cells[j].result > 0 {
+		if c := &cols[0]; c.action == policy.Deny && c.cells[j].result > 0 {
 			c.writeDenies(&d, j)
 		}
 		cols = cols[1:]
@@ -500,7 +502,7 @@ func (p *Placement) PodDenied() (bool, string) {
 	d := denyWriter{w: &b}
 	for i := range p.Common {
 		x := &p.Common[i]
-		if x.Action == Deny {
+		if x.Action == policy.Deny {
 			d.violation(x)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // PodQuery is a pod judged once for what does not depend on the node, to
@@ -60,7 +62,7 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	p.settle()
 	q := &PodQuery{e: e, pod: pod, snap: snap, in: r.in, common: p, nodeReading: nodeReading}
 	for _, order := range nodeReading {
-		if snap.constraints[order].c.action == Deny {
+		if snap.constraints[order].c.Action == policy.Deny {
 			q.mayDeny = true
 		}
 	}
@@ -93,7 +95,7 @@ func (r *request) signature(nodeReading []int, p *Placement) (string, bool) {
 		}
 		key := r.podKey(bc, r.podReview, r.podView(bc, true))
 		b.WriteByte('|')
-		b.WriteString(bc.c.key.String())
+		b.WriteString(bc.c.Key.String())
 		b.WriteByte('=')
 		b.WriteString(key.String())
 	}

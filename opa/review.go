@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -44,13 +45,13 @@ func admissionReview(req ReviewRequest, gvk schema.GroupVersionKind, obj map[str
 
 // reviewTargets are what constraints match against: the object and the
 // old object (either may be missing), in namespace unless they name one.
-func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace string) []*matchable {
-	var nsInfo *namespaceInfo
+func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace string) []*gatekeeper.Matchable {
+	var nsInfo *gatekeeper.NamespaceInfo
 	if len(req.NamespaceObject) > 0 {
 		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
-		nsInfo = &namespaceInfo{name: nsName, labels: nsLabels}
+		nsInfo = &gatekeeper.NamespaceInfo{Name: nsName, Labels: nsLabels}
 	}
-	var targets []*matchable
+	var targets []*gatekeeper.Matchable
 	for _, o := range []map[string]any{req.Object, req.OldObject} {
 		if o == nil {
 			continue
@@ -59,7 +60,7 @@ func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace str
 		if ns == "" {
 			ns = namespace
 		}
-		targets = append(targets, &matchable{gvk: gvk, name: n, namespace: ns, labels: labels, ns: nsInfo, source: "Original"})
+		targets = append(targets, &gatekeeper.Matchable{GVK: gvk, Name: n, Namespace: ns, Labels: labels, NS: nsInfo, Source: "Original"})
 	}
 	return targets
 }
@@ -105,7 +106,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	defer r.addStats()
 	var out []Violation
 	for order, bc := range snap.constraints {
-		matched, matchErr := matchAny(bc.c.match, targets)
+		matched, matchErr := matchAny(bc.c.Match, targets)
 		var res []result
 		switch {
 		case matchErr != nil:
@@ -124,7 +125,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 			}
 		}
 		for _, x := range res {
-			out = append(out, Violation{Constraint: bc.c.key, Action: bc.c.action, Message: x.msg, Details: x.details, Error: x.err})
+			out = append(out, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.msg, Details: x.details, Error: x.err})
 		}
 	}
 	return out, nil
@@ -132,10 +133,10 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 
 // matchAny is Gatekeeper's rule for requests with an object and an old
 // object: the constraint applies if either matches.
-func matchAny(m *matcher, targets []*matchable) (bool, error) {
+func matchAny(m *gatekeeper.Matcher, targets []*gatekeeper.Matchable) (bool, error) {
 	var firstErr error
 	for _, t := range targets {
-		ok, err := m.matches(t)
+		ok, err := m.Matches(t)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err

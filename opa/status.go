@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // Status describes every template and constraint the engine was given:
@@ -24,9 +26,9 @@ func (e *Engine) Status() Status {
 			ts.Error = st.err.Error()
 		}
 		if st.current != nil {
-			ts.Kind = st.current.kind
-			ts.ObservedGeneration = st.current.generation
-			if ct := snap.templates[st.current.kind]; ct != nil && ct.t == st.current {
+			ts.Kind = st.current.Kind
+			ts.ObservedGeneration = st.current.Generation
+			if ct := snap.templates[st.current.Kind]; ct != nil && ct.t == st.current {
 				ts.PerPod = ct.analysis.PerPod()
 				ts.Memoised = !ct.analysis.Nondeterministic && !e.opts.DisableMemo
 				ts.Reads = ct.analysis.Describe()
@@ -37,10 +39,10 @@ func (e *Engine) Status() Status {
 		}
 		s.Templates = append(s.Templates, ts)
 	}
-	bound := map[ConstraintKey]*boundConstraint{}
+	bound := map[policy.ConstraintKey]*boundConstraint{}
 	for _, bc := range snap.constraints {
-		if bc.c == e.constraints[bc.c.key].currentOrNil() {
-			bound[bc.c.key] = bc
+		if bc.c == e.constraints[bc.c.Key].currentOrNil() {
+			bound[bc.c.Key] = bc
 		}
 	}
 	for key, st := range e.constraints {
@@ -60,8 +62,8 @@ func (e *Engine) Status() Status {
 			cs.Error = st.bindErr.Error()
 		}
 		if st.current != nil {
-			cs.Action = st.current.action
-			cs.ObservedGeneration = st.current.generation
+			cs.Action = st.current.Action
+			cs.ObservedGeneration = st.current.Generation
 			if !cs.Active && cs.Error == "" {
 				cs.Inactive = "no ConstraintTemplate in force defines kind " + key.Kind
 			}
@@ -79,7 +81,7 @@ func (e *Engine) Status() Status {
 	return s
 }
 
-func (st *constraintState) currentOrNil() *constraint {
+func (st *constraintState) currentOrNil() *gatekeeper.Constraint {
 	if st == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ import (
 // constraint in a folder has no API server to do that, and a typo in a
 // parameter name deserves an error, not a policy that quietly does
 // nothing).
-func checkParameters(schema map[string]any, params map[string]any, legacy bool) (map[string]any, error) {
+func CheckParameters(schema map[string]any, params map[string]any, legacy bool) (map[string]any, error) {
 	if schema == nil {
 		if len(params) > 0 && !legacy {
 			return nil, fmt.Errorf("%w: spec.parameters given, but the template declares no parameters schema", ErrInvalidConstraint)

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"encoding/json"
@@ -26,7 +26,7 @@ type matchSpec struct {
 }
 
 // matcher is a compiled spec.match.
-type matcher struct {
+type Matcher struct {
 	spec              matchSpec
 	labelSelector     labels.Selector
 	namespaceSelector labels.Selector
@@ -34,24 +34,24 @@ type matcher struct {
 
 // matchable is what a matcher looks at: the object under review and its
 // Namespace (nil when unknown).
-type matchable struct {
-	gvk       schema.GroupVersionKind
-	name      string
-	namespace string
-	labels    map[string]string
+type Matchable struct {
+	GVK       schema.GroupVersionKind
+	Name      string
+	Namespace string
+	Labels    map[string]string
 	// ns is the object's Namespace: its name and labels.
-	ns *namespaceInfo
+	NS *NamespaceInfo
 	// source is Gatekeeper's source type; reviews here are "Original".
-	source string
+	Source string
 }
 
-type namespaceInfo struct {
-	name   string
-	labels map[string]string
+type NamespaceInfo struct {
+	Name   string
+	Labels map[string]string
 }
 
-func newMatcher(raw any) (*matcher, error) {
-	m := &matcher{}
+func newMatcher(raw any) (*Matcher, error) {
+	m := &Matcher{}
 	if raw == nil {
 		return m, nil
 	}
@@ -83,7 +83,7 @@ func newMatcher(raw any) (*matcher, error) {
 
 // matchFunc is one criterion of spec.match. Like Gatekeeper's, each one
 // answers true when its field is unset.
-type matchFunc func(m *matcher, t *matchable) (bool, error)
+type matchFunc func(m *Matcher, t *Matchable) (bool, error)
 
 // matchers are applied in Gatekeeper's order; the first false or error wins.
 var matchers = []matchFunc{
@@ -99,7 +99,7 @@ var matchers = []matchFunc{
 
 // matches reports whether the constraint applies to t. An error is a
 // rejection under the constraint's action (Gatekeeper's autoreject).
-func (m *matcher) matches(t *matchable) (bool, error) {
+func (m *Matcher) Matches(t *Matchable) (bool, error) {
 	for _, fn := range matchers {
 		ok, err := fn(m, t)
 		if err != nil || !ok {
@@ -109,25 +109,25 @@ func (m *matcher) matches(t *matchable) (bool, error) {
 	return true, nil
 }
 
-func isNamespace(t *matchable) bool { return t.gvk.Group == "" && t.gvk.Kind == "Namespace" }
+func isNamespace(t *Matchable) bool { return t.GVK.Group == "" && t.GVK.Kind == "Namespace" }
 
-func kindsMatch(m *matcher, t *matchable) (bool, error) {
+func kindsMatch(m *Matcher, t *Matchable) (bool, error) {
 	if len(m.spec.Kinds) == 0 {
 		return true, nil
 	}
 	for _, k := range m.spec.Kinds {
-		if !(len(k.Kinds) == 0 || contains(k.Kinds, "*") || contains(k.Kinds, t.gvk.Kind)) {
+		if !(len(k.Kinds) == 0 || contains(k.Kinds, "*") || contains(k.Kinds, t.GVK.Kind)) {
 			continue
 		}
-		if len(k.APIGroups) == 0 || contains(k.APIGroups, "*") || contains(k.APIGroups, t.gvk.Group) {
+		if len(k.APIGroups) == 0 || contains(k.APIGroups, "*") || contains(k.APIGroups, t.GVK.Group) {
 			return true, nil
 		}
 	}
 	return false, nil
 }
 
-func scopeMatch(m *matcher, t *matchable) (bool, error) {
-	hasNamespace := t.namespace != "" || t.ns != nil
+func scopeMatch(m *Matcher, t *Matchable) (bool, error) {
+	hasNamespace := t.Namespace != "" || t.NS != nil
 	switch m.spec.Scope {
 	case "Cluster":
 		return isNamespace(t) || !hasNamespace, nil
@@ -139,19 +139,19 @@ func scopeMatch(m *matcher, t *matchable) (bool, error) {
 
 // namespaceOf is the namespace name the namespace criteria compare, and
 // false for a cluster-scoped object that is not a Namespace.
-func namespaceOf(t *matchable) (string, bool) {
+func namespaceOf(t *Matchable) (string, bool) {
 	switch {
 	case isNamespace(t):
-		return t.name, true
-	case t.ns != nil:
-		return t.ns.name, true
-	case t.namespace != "":
-		return t.namespace, true
+		return t.Name, true
+	case t.NS != nil:
+		return t.NS.Name, true
+	case t.Namespace != "":
+		return t.Namespace, true
 	}
 	return "", false
 }
 
-func namespacesMatch(m *matcher, t *matchable) (bool, error) {
+func namespacesMatch(m *Matcher, t *Matchable) (bool, error) {
 	if len(m.spec.Namespaces) == 0 {
 		return true, nil
 	}
@@ -162,7 +162,7 @@ func namespacesMatch(m *matcher, t *matchable) (bool, error) {
 	return anyWildcard(m.spec.Namespaces, ns), nil
 }
 
-func excludedNamespacesMatch(m *matcher, t *matchable) (bool, error) {
+func excludedNamespacesMatch(m *Matcher, t *Matchable) (bool, error) {
 	if len(m.spec.ExcludedNamespaces) == 0 {
 		return true, nil
 	}
@@ -173,43 +173,43 @@ func excludedNamespacesMatch(m *matcher, t *matchable) (bool, error) {
 	return !anyWildcard(m.spec.ExcludedNamespaces, ns), nil
 }
 
-func labelSelectorMatch(m *matcher, t *matchable) (bool, error) {
+func labelSelectorMatch(m *Matcher, t *Matchable) (bool, error) {
 	if m.labelSelector == nil {
 		return true, nil
 	}
-	return m.labelSelector.Matches(labels.Set(t.labels)), nil
+	return m.labelSelector.Matches(labels.Set(t.Labels)), nil
 }
 
-func namespaceSelectorMatch(m *matcher, t *matchable) (bool, error) {
+func namespaceSelectorMatch(m *Matcher, t *Matchable) (bool, error) {
 	if m.namespaceSelector == nil {
 		return true, nil
 	}
 	if isNamespace(t) {
-		return m.namespaceSelector.Matches(labels.Set(t.labels)), nil
+		return m.namespaceSelector.Matches(labels.Set(t.Labels)), nil
 	}
-	if t.ns == nil {
-		if t.namespace == "" {
+	if t.NS == nil {
+		if t.Namespace == "" {
 			// Cluster-scoped objects other than Namespaces always match.
 			return true, nil
 		}
-		return false, fmt.Errorf("namespaceSelector: Namespace %q of the object is not in the inventory", t.namespace)
+		return false, fmt.Errorf("namespaceSelector: Namespace %q of the object is not in the inventory", t.Namespace)
 	}
-	return m.namespaceSelector.Matches(labels.Set(t.ns.labels)), nil
+	return m.namespaceSelector.Matches(labels.Set(t.NS.Labels)), nil
 }
 
-func namesMatch(m *matcher, t *matchable) (bool, error) {
+func namesMatch(m *Matcher, t *Matchable) (bool, error) {
 	if m.spec.Name == "" {
 		return true, nil
 	}
-	return wildcardMatches(m.spec.Name, t.name), nil
+	return wildcardMatches(m.spec.Name, t.Name), nil
 }
 
-func sourceMatch(m *matcher, t *matchable) (bool, error) {
+func sourceMatch(m *Matcher, t *Matchable) (bool, error) {
 	switch m.spec.Source {
 	case "", "All":
 		return true, nil
 	}
-	return m.spec.Source == t.source, nil
+	return m.spec.Source == t.Source, nil
 }
 
 func contains(set []string, s string) bool {

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"strings"
@@ -41,7 +41,7 @@ func TestSchemaKeywords(t *testing.T) {
 		{"enum still", obj(map[string]any{"e": map[string]any{"type": "string", "enum": []any{"a"}}}), map[string]any{"e": "b"}, `"b" is not one of ["a"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := checkParameters(tc.schema, tc.params, false)
+			_, err := CheckParameters(tc.schema, tc.params, false)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Errorf("refused: %v", err)

@@ -1,10 +1,11 @@
-package opa
+package gatekeeper
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -13,24 +14,24 @@ import (
 var ErrInvalidConstraint = errors.New("invalid Constraint")
 
 // constraint is a parsed Constraint, ready to match and evaluate.
-type constraint struct {
-	key        ConstraintKey
-	generation int64
+type Constraint struct {
+	Key        policy.ConstraintKey
+	Generation int64
 	// action at this enforcement point; "" when the constraint is scoped
 	// to other enforcement points only.
-	action Action
+	Action policy.Action
 	// rawParameters is spec.parameters as given, for schema checks.
-	rawParameters map[string]any
-	match         *matcher
+	RawParameters map[string]any
+	Match         *Matcher
 	// content is the object's spec and annotations, to tell a real change
 	// from a resync of the same object.
-	content string
+	Content string
 }
 
 // parseConstraint reads a Constraint (any version of
 // constraints.gatekeeper.sh) and resolves its action at enforcementPoint.
-func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*constraint, error) {
-	key := ConstraintKey{Kind: u.GetKind(), Name: u.GetName()}
+func ParseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*Constraint, error) {
+	key := policy.ConstraintKey{Kind: u.GetKind(), Name: u.GetName()}
 	if key.Kind == "" || key.Name == "" {
 		return nil, fmt.Errorf("%w: kind and metadata.name are required", ErrInvalidConstraint)
 	}
@@ -59,14 +60,14 @@ func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*co
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec.match: %v", ErrInvalidConstraint, err)
 	}
-	content, _ := json.Marshal([]any{spec, u.GetAnnotations()[ActionAnnotation]})
-	return &constraint{
-		key:           key,
-		generation:    u.GetGeneration(),
-		action:        action,
-		rawParameters: params,
-		match:         m,
-		content:       string(content),
+	content, _ := json.Marshal([]any{spec, u.GetAnnotations()[policy.ActionAnnotation]})
+	return &Constraint{
+		Key:           key,
+		Generation:    u.GetGeneration(),
+		Action:        action,
+		RawParameters: params,
+		Match:         m,
+		Content:       string(content),
 	}, nil
 }
 
@@ -74,23 +75,23 @@ func parseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*co
 // the ActionAnnotation when present, else spec.enforcementAction (deny by
 // default), where `scoped` looks up scopedEnforcementActions for this
 // point or `*`. A constraint scoped only to other points gets "".
-func resolveAction(u *unstructured.Unstructured, spec map[string]any, enforcementPoint string) (Action, error) {
-	if a, ok := u.GetAnnotations()[ActionAnnotation]; ok {
-		action := Action(a)
+func resolveAction(u *unstructured.Unstructured, spec map[string]any, enforcementPoint string) (policy.Action, error) {
+	if a, ok := u.GetAnnotations()[policy.ActionAnnotation]; ok {
+		action := policy.Action(a)
 		switch action {
-		case Deny, Warn, DryRun:
+		case policy.Deny, policy.Warn, policy.DryRun:
 			return action, nil
 		}
-		return "", fmt.Errorf("%w: annotation %s=%q: want deny, warn or dryrun", ErrInvalidConstraint, ActionAnnotation, a)
+		return "", fmt.Errorf("%w: annotation %s=%q: want deny, warn or dryrun", ErrInvalidConstraint, policy.ActionAnnotation, a)
 	}
 	ea, _ := spec["enforcementAction"].(string)
 	switch ea {
-	case "", string(Deny):
-		return Deny, nil
-	case string(Warn):
-		return Warn, nil
-	case string(DryRun):
-		return DryRun, nil
+	case "", string(policy.Deny):
+		return policy.Deny, nil
+	case string(policy.Warn):
+		return policy.Warn, nil
+	case string(policy.DryRun):
+		return policy.DryRun, nil
 	case "scoped":
 		return scopedAction(spec, enforcementPoint)
 	}
@@ -99,16 +100,16 @@ func resolveAction(u *unstructured.Unstructured, spec map[string]any, enforcemen
 
 // scopedAction picks, among the scoped actions naming this enforcement
 // point (or `*`), the strictest: deny over warn over dryrun.
-func scopedAction(spec map[string]any, enforcementPoint string) (Action, error) {
+func scopedAction(spec map[string]any, enforcementPoint string) (policy.Action, error) {
 	entries, _ := spec["scopedEnforcementActions"].([]any)
-	best := Action("")
-	rank := map[Action]int{"": 0, DryRun: 1, Warn: 2, Deny: 3}
+	best := policy.Action("")
+	rank := map[policy.Action]int{"": 0, policy.DryRun: 1, policy.Warn: 2, policy.Deny: 3}
 	for i, e := range entries {
 		entry, ok := e.(map[string]any)
 		if !ok {
 			return "", fmt.Errorf("%w: scopedEnforcementActions[%d] is not an object", ErrInvalidConstraint, i)
 		}
-		action := Action(fmt.Sprint(entry["action"]))
+		action := policy.Action(fmt.Sprint(entry["action"]))
 		if _, known := rank[action]; !known || action == "" {
 			return "", fmt.Errorf("%w: scopedEnforcementActions[%d].action %q: want deny, warn or dryrun", ErrInvalidConstraint, i, entry["action"])
 		}

@@ -1,26 +1,27 @@
-package opa
+package gatekeeper
 
 import (
 	"testing"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 func TestMatch(t *testing.T) {
-	podIn := func(ns string, labels map[string]string, nsLabels map[string]string) *matchable {
-		m := &matchable{gvk: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, name: "web-1", namespace: ns, labels: labels, source: "Original"}
+	podIn := func(ns string, labels map[string]string, nsLabels map[string]string) *Matchable {
+		m := &Matchable{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Name: "web-1", Namespace: ns, Labels: labels, Source: "Original"}
 		if nsLabels != nil {
-			m.ns = &namespaceInfo{name: ns, labels: nsLabels}
+			m.NS = &NamespaceInfo{Name: ns, Labels: nsLabels}
 		}
 		return m
 	}
-	nsObject := &matchable{gvk: schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, name: "kube-system", labels: map[string]string{"team": "core"}}
-	clusterObj := &matchable{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, name: "admin"}
+	nsObject := &Matchable{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, Name: "kube-system", Labels: map[string]string{"team": "core"}}
+	clusterObj := &Matchable{GVK: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, Name: "admin"}
 	tests := []struct {
 		name    string
 		match   map[string]any
-		target  *matchable
+		target  *Matchable
 		want    bool
 		wantErr bool
 	}{
@@ -60,7 +61,7 @@ func TestMatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := m.matches(tc.target)
+			got, err := m.Matches(tc.target)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error = %v, wantErr %v", err, tc.wantErr)
 			}
@@ -100,29 +101,29 @@ func TestResolveAction(t *testing.T) {
 		name       string
 		spec       map[string]any
 		annotation string
-		want       Action
+		want       policy.Action
 		wantErr    bool
 	}{
-		{name: "default is deny", spec: map[string]any{}, want: Deny},
-		{name: "warn", spec: map[string]any{"enforcementAction": "warn"}, want: Warn},
-		{name: "dryrun", spec: map[string]any{"enforcementAction": "dryrun"}, want: DryRun},
+		{name: "default is deny", spec: map[string]any{}, want: policy.Deny},
+		{name: "warn", spec: map[string]any{"enforcementAction": "warn"}, want: policy.Warn},
+		{name: "dryrun", spec: map[string]any{"enforcementAction": "dryrun"}, want: policy.DryRun},
 		{name: "unknown action", spec: map[string]any{"enforcementAction": "block"}, wantErr: true},
-		{name: "scoped to this point", spec: scoped(entry("warn", DefaultEnforcementPoint)), want: Warn},
-		{name: "scoped to every point", spec: scoped(entry("deny", "*")), want: Deny},
+		{name: "scoped to this point", spec: scoped(entry("warn", policy.DefaultEnforcementPoint)), want: policy.Warn},
+		{name: "scoped to every point", spec: scoped(entry("deny", "*")), want: policy.Deny},
 		{name: "scoped elsewhere only", spec: scoped(entry("deny", "validation.gatekeeper.sh")), want: ""},
-		{name: "scoped: strictest wins", spec: scoped(entry("warn", "*"), entry("deny", DefaultEnforcementPoint)), want: Deny},
+		{name: "scoped: strictest wins", spec: scoped(entry("warn", "*"), entry("deny", policy.DefaultEnforcementPoint)), want: policy.Deny},
 		{name: "scoped: bad action", spec: scoped(entry("explode", "*")), wantErr: true},
-		{name: "annotation overrides spec", spec: map[string]any{"enforcementAction": "dryrun"}, annotation: "warn", want: Warn},
-		{name: "annotation overrides scoped", spec: scoped(entry("deny", "validation.gatekeeper.sh")), annotation: "deny", want: Deny},
+		{name: "annotation overrides spec", spec: map[string]any{"enforcementAction": "dryrun"}, annotation: "warn", want: policy.Warn},
+		{name: "annotation overrides scoped", spec: scoped(entry("deny", "validation.gatekeeper.sh")), annotation: "deny", want: policy.Deny},
 		{name: "bad annotation", spec: map[string]any{}, annotation: "maybe", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			u := &unstructured.Unstructured{Object: map[string]any{"spec": tc.spec}}
 			if tc.annotation != "" {
-				u.SetAnnotations(map[string]string{ActionAnnotation: tc.annotation})
+				u.SetAnnotations(map[string]string{policy.ActionAnnotation: tc.annotation})
 			}
-			got, err := resolveAction(u, tc.spec, DefaultEnforcementPoint)
+			got, err := resolveAction(u, tc.spec, policy.DefaultEnforcementPoint)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error = %v, wantErr %v", err, tc.wantErr)
 			}

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"errors"
@@ -118,7 +118,7 @@ func TestParseTemplate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseTemplate(templateObject(t, tc.kind, tc.target))
+			_, err := ParseTemplate(templateObject(t, tc.kind, tc.target))
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -141,7 +141,7 @@ func TestTemplateNameMustBeLowerKind(t *testing.T) {
     rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
 `)
 	u.SetName("something-else")
-	if _, err := parseTemplate(u); err == nil || !strings.Contains(err.Error(), "lower-case kind") {
+	if _, err := ParseTemplate(u); err == nil || !strings.Contains(err.Error(), "lower-case kind") {
 		t.Fatalf("error = %v", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestTemplateNameMustBeLowerKind(t *testing.T) {
 // Two templates with the same package and the same lib package must not
 // see each other's rules: each lives in its own namespace.
 func TestTemplatesAreIsolated(t *testing.T) {
-	a, err := parseTemplate(templateObject(t, "K8sA", `
+	a, err := ParseTemplate(templateObject(t, "K8sA", `
   - target: admission.k8s.gatekeeper.sh
     rego: |
       package shared
@@ -163,12 +163,12 @@ func TestTemplatesAreIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, m := range a.modules {
+	for id, m := range a.Modules {
 		if !strings.Contains(m.Package.Path.String(), `"K8sA"`) && !strings.Contains(m.Package.Path.String(), "K8sA") {
 			t.Errorf("module %s has package %v outside its template's namespace", id, m.Package.Path)
 		}
 	}
-	if got := a.queryRef().String(); got != "data.templates.K8sA.template.violation" {
+	if got := a.QueryRef().String(); got != "data.templates.K8sA.template.violation" {
 		t.Errorf("query ref = %s", got)
 	}
 }

@@ -1,4 +1,4 @@
-package opa
+package gatekeeper
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,30 +20,30 @@ var ErrInvalidTemplate = errors.New("invalid ConstraintTemplate")
 var kindPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
 
 // template is a parsed, rewritten and isolated ConstraintTemplate.
-type template struct {
-	name       string
-	kind       string
-	generation int64
+type Template struct {
+	Name       string
+	Kind       string
+	Generation int64
 	// modules are the rewritten template and libs, keyed by module id.
-	modules map[string]*ast.Module
+	Modules map[string]*ast.Module
 	// texts are the rewritten modules as source, for the store.
-	texts map[string][]byte
+	Texts map[string][]byte
 	// schema is spec.crd.spec.validation.openAPIV3Schema (may be nil).
-	schema map[string]any
+	Schema map[string]any
 	// legacySchema: v1beta1 and v1alpha1 templates keep unknown parameter
 	// fields, as Gatekeeper's legacy schemas do.
-	legacySchema bool
+	LegacySchema bool
 	// source is the object as given, to compare versions.
-	resourceVersion string
+	ResourceVersion string
 }
 
 // queryRef is where the template's violation rule lives once isolated.
-func (t *template) queryRef() ast.Ref {
-	return templateRoot(t.kind).Append(ast.StringTerm("template")).Append(ast.StringTerm("violation"))
+func (t *Template) QueryRef() ast.Ref {
+	return TemplateRoot(t.Kind).Append(ast.StringTerm("template")).Append(ast.StringTerm("violation"))
 }
 
 // templateRoot is the private namespace of one template: data.templates[kind].
-func templateRoot(kind string) ast.Ref {
+func TemplateRoot(kind string) ast.Ref {
 	return ast.Ref{ast.DefaultRootDocument, ast.StringTerm("templates"), ast.StringTerm(kind)}
 }
 
@@ -55,7 +56,7 @@ type regoSource struct {
 
 // parseTemplate reads a ConstraintTemplate (v1, v1beta1 or v1alpha1: the
 // fields used here are the same) and produces its isolated modules.
-func parseTemplate(u *unstructured.Unstructured) (*template, error) {
+func ParseTemplate(u *unstructured.Unstructured) (*Template, error) {
 	name := u.GetName()
 	if name == "" {
 		return nil, fmt.Errorf("%w: metadata.name is empty", ErrInvalidTemplate)
@@ -80,15 +81,15 @@ func parseTemplate(u *unstructured.Unstructured) (*template, error) {
 	if err := unsupportedSchemaError(schema); err != nil {
 		return nil, err
 	}
-	t := &template{
-		name:            name,
-		kind:            kind,
-		generation:      u.GetGeneration(),
-		modules:         map[string]*ast.Module{},
-		texts:           map[string][]byte{},
-		schema:          schema,
-		legacySchema:    u.GroupVersionKind().Version != "v1",
-		resourceVersion: u.GetResourceVersion(),
+	t := &Template{
+		Name:            name,
+		Kind:            kind,
+		Generation:      u.GetGeneration(),
+		Modules:         map[string]*ast.Module{},
+		Texts:           map[string][]byte{},
+		Schema:          schema,
+		LegacySchema:    u.GroupVersionKind().Version != "v1",
+		ResourceVersion: u.GetResourceVersion(),
 	}
 	if err := t.addModules(src); err != nil {
 		return nil, err
@@ -112,8 +113,8 @@ func templateRego(u *unstructured.Unstructured) (regoSource, error) {
 	if !ok {
 		return regoSource{}, fmt.Errorf("%w: spec.targets[0] is not an object", ErrInvalidTemplate)
 	}
-	if name, _ := target["target"].(string); name != TargetName {
-		return regoSource{}, fmt.Errorf("%w: target %q is not supported (only %s)", ErrInvalidTemplate, name, TargetName)
+	if name, _ := target["target"].(string); name != policy.TargetName {
+		return regoSource{}, fmt.Errorf("%w: target %q is not supported (only %s)", ErrInvalidTemplate, name, policy.TargetName)
 	}
 	if rego, _ := target["rego"].(string); strings.TrimSpace(rego) != "" {
 		libs, err := stringList(target["libs"], "spec.targets[0].libs")
@@ -171,11 +172,11 @@ func stringList(v any, field string) ([]string, error) {
 // addModules parses, checks and isolates the template's Rego: its package
 // becomes data.templates[kind].template, its libs move from data.lib.* to
 // data.templates[kind].lib.*, and every data.lib reference follows them.
-func (t *template) addModules(src regoSource) error {
+func (t *Template) addModules(src regoSource) error {
 	opts := ast.ParserOptions{RegoVersion: src.version, ProcessAnnotation: true}
-	root := templateRoot(t.kind)
+	root := TemplateRoot(t.Kind)
 
-	entry, err := ast.ParseModuleWithOpts(t.name+"/template.rego", src.rego, opts)
+	entry, err := ast.ParseModuleWithOpts(t.Name+"/template.rego", src.rego, opts)
 	if err != nil {
 		return fmt.Errorf("%w: parse rego: %v", ErrInvalidTemplate, err)
 	}
@@ -196,7 +197,7 @@ func (t *template) addModules(src regoSource) error {
 
 	for i, libSrc := range src.libs {
 		id := fmt.Sprintf("lib_%d", i)
-		lib, err := ast.ParseModuleWithOpts(t.name+"/"+id+".rego", libSrc, opts)
+		lib, err := ast.ParseModuleWithOpts(t.Name+"/"+id+".rego", libSrc, opts)
 		if err != nil {
 			return fmt.Errorf("%w: parse lib %d: %v", ErrInvalidTemplate, i, err)
 		}
@@ -218,16 +219,16 @@ func (t *template) addModules(src regoSource) error {
 	return nil
 }
 
-func (t *template) putModule(id string, m *ast.Module, version ast.RegoVersion) error {
-	path := "templates/" + t.name + "/" + id + ".rego"
+func (t *Template) putModule(id string, m *ast.Module, version ast.RegoVersion) error {
+	path := "templates/" + t.Name + "/" + id + ".rego"
 	text, err := format.AstWithOpts(m, format.Opts{RegoVersion: version, ParserOptions: &ast.ParserOptions{RegoVersion: version}})
 	if err != nil {
 		// The text only documents the module in the store; the compiled
 		// AST is what runs.
 		text = []byte(m.String())
 	}
-	t.modules[path] = m
-	t.texts[path] = text
+	t.Modules[path] = m
+	t.Texts[path] = text
 	return nil
 }
 
