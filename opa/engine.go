@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/sdk"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -22,8 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/compact"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
@@ -75,12 +76,13 @@ type Engine struct {
 	sdk      *sdk.OPA
 	mgr      *plugins.Manager
 	store    storage.Store
-	caps     *ast.Capabilities
+	// rego compiles the templates' Rego (the only engine so far).
+	rego *rego.Driver
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[snapshot]
-	// nodeIndex finds inventory Nodes by name (nodeindex.go).
-	nodeIndex nodeIndexCache
+	// nodeIndex finds inventory Nodes by name (internal/inventory).
+	nodeIndex inventory.IndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
 	memo *memo.Memo[[]result]
 	// helpers holds the answers of helpers keyed apart (helper.go).
@@ -103,13 +105,10 @@ type Engine struct {
 	invCounts   map[string]int
 	// helperOwners are the helper memo's owners by helper identity.
 	helperOwners map[string]uint64
-	invGen       uint64
 	generation   uint64
-	// nodesRaw holds every inventory Node whole, as deflated JSON, while
-	// the store keeps them cut; view is what the store keeps (nodeview.go).
-	nodesRaw map[string][]byte
-	codec    *compact.Codec // encodes nodesRaw; see nodeCodec
-	view     nodeView
+	// inv writes data.inventory and keeps the whole Nodes while the store
+	// holds them cut.
+	inv *inventory.Inventory
 	// pending is the snapshot a commit is about to install, picked up by
 	// the SDK manager's compiler trigger.
 	pending *snapshot
@@ -150,34 +149,33 @@ type snapshot struct {
 	constraints []*boundConstraint           // sorted by key
 	// view is what its constraints read of a candidate Node (nodeView).
 	viewOnce sync.Once
-	view     nodeView
+	view     inventory.View
 }
 
 // nodeView is what the policy set's constraints read of a candidate Node:
 // a request's own Nodes are cut to it.
-func (s *snapshot) nodeView() nodeView {
+func (s *snapshot) nodeView() inventory.View {
 	s.viewOnce.Do(func() { s.view = viewOf(s.constraints) })
 	return s.view
 }
 
+// compiledTemplate is a template in force and its code's Program, with
+// what the fast path asks of it on every request kept at hand.
 type compiledTemplate struct {
-	t        *gatekeeper.Template
-	compiler *ast.Compiler
-	rules    []*ast.Rule
+	t    *gatekeeper.Template
+	prog drivers.Program
 	// analysis is the template's, without any constraint's parameters.
 	analysis *analysis.Result
-	query    rego.PreparedEvalQuery
-	// overrideQuery evaluates with data.inventory.cluster.v1.Node replaced
-	// by input.nodes, for requests that carry full Node objects.
-	overrideQuery rego.PreparedEvalQuery
 	// guards are the conditions each violation rule begins with (nil:
 	// some rule has none): a pod failing one of every rule's is not
 	// evaluated (see request.guardFails).
 	guards [][]analysis.Guard
-	// helpers are the queries of the helpers its constraints key apart.
-	helpers helperQueries
-	// invReads are the inventory kinds its rules can reach.
-	invReads inventoryReads
+	// invReads are the inventory kinds its code can reach.
+	invReads inventory.Reads
+}
+
+func newCompiledTemplate(t *gatekeeper.Template, prog drivers.Program) *compiledTemplate {
+	return &compiledTemplate{t: t, prog: prog, analysis: prog.Analyze(nil), guards: prog.Guards(), invReads: prog.InventoryReads()}
 }
 
 type boundConstraint struct {
@@ -232,7 +230,7 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 		return nil, fmt.Errorf("%w: spec.parameters: %v", gatekeeper.ErrInvalidConstraint, err)
 	}
 	bc := &boundConstraint{c: c, tmpl: ct, owner: owner, classes: memo.NewClasses(maxNodeClasses), parameters: pv}
-	bc.analysis = analysis.Analyze(ct.compiler, ct.rules, gatekeeper.TemplateRoot(ct.t.Kind), pv)
+	bc.analysis = ct.prog.Analyze(pv)
 	bc.class = bc.analysis.Classify()
 	for _, p := range bc.analysis.InputPaths {
 		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
@@ -263,7 +261,7 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 	}
 	bc.podViewSig = podViewSig(bc.podMsgs)
 	if bc.analysis.InventoryOther {
-		bc.invKinds, bc.invAny = keyKinds(ct.invReads, bc.analysis.OtherNodes), ct.invReads.any
+		bc.invKinds, bc.invAny = inventory.KeyKinds(ct.invReads, bc.analysis.OtherNodes), ct.invReads.Any
 		if len(bc.invKinds) == 0 && !bc.invAny {
 			// The analysis saw an inventory read the references do not
 			// show (a with on data): key on the whole inventory.
@@ -276,10 +274,6 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 	}
 	return bc, nil
 }
-
-// generationPath holds the inventory generation inside the store, so that
-// a request reads it in the same transaction as the inventory itself.
-var generationPath = storage.Path{"opa_scheduler_extender", "inventory_generation"}
 
 // New starts an engine with an embedded OPA SDK instance.
 func New(ctx context.Context, opts Options) (*Engine, error) {
@@ -307,11 +301,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		templates:   map[string]*templateState{},
 		constraints: map[policy.ConstraintKey]*constraintState{},
 		invCounts:   map[string]int{},
-		nodesRaw:    map[string][]byte{},
-		view:        nodeView{key: "?"},
-		caps:        capabilities(opts.AllowNetworkBuiltins),
 	}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	e.inv = inventory.New(e.store)
+	e.rego = rego.New(e.store, opts.AllowNetworkBuiltins)
 	config, err := checkOPAConfig(opts.OPAConfig)
 	if err != nil {
 		return nil, err
@@ -336,15 +329,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	// the transaction context and install the matching snapshot when it
 	// says the compiler changed.
 	mgr.RegisterCompilerTrigger(func(storage.Transaction) { e.onCompilerChange() })
-	empty := &snapshot{compiler: ast.NewCompiler().WithCapabilities(e.caps), templates: map[string]*compiledTemplate{}}
+	empty := &snapshot{compiler: e.rego.EmptyCompiler(), templates: map[string]*compiledTemplate{}}
 	e.snap.Store(empty)
-	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"inventory"}, ast.NewObject()); err != nil {
-		return nil, fmt.Errorf("initialise inventory: %w", err)
-	}
-	if err := storage.WriteOne(ctx, e.store, storage.AddOp, generationPath[:1], ast.NewObject(
-		ast.Item(ast.StringTerm(generationPath[1]), ast.InternedTerm(0)),
-		ast.Item(ast.StringTerm(kindGenerationsPath[1]), ast.ObjectTerm()))); err != nil {
-		return nil, fmt.Errorf("initialise inventory generation: %w", err)
+	if err := e.inv.Init(ctx); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -360,22 +348,6 @@ func (e *Engine) onCompilerChange() {
 	}
 }
 
-func capabilities(allowNetwork bool) *ast.Capabilities {
-	caps := ast.CapabilitiesForThisVersion()
-	if allowNetwork {
-		return caps
-	}
-	banned := map[string]bool{"http.send": true, "net.lookup_ip_addr": true, "opa.runtime": true}
-	kept := caps.Builtins[:0:0]
-	for _, b := range caps.Builtins {
-		if !banned[b.Name] {
-			kept = append(kept, b)
-		}
-	}
-	caps.Builtins = kept
-	return caps
-}
-
 // Apply adds, updates and removes templates, constraints and inventory
 // objects in one step: everything accepted becomes visible at once. A
 // change that is refused (a template that does not compile, an invalid
@@ -387,7 +359,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 
 	b := &batch{templates: map[string]*gatekeeper.Template{}}
 	for _, ch := range changes {
-		ref, err := changeRef(ch)
+		ref, err := ch.Ref()
 		if err != nil {
 			b.fail(ref, err)
 			continue
@@ -449,7 +421,7 @@ func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef)
 	}
 	t, err := gatekeeper.ParseTemplate(ch.Object)
 	if err == nil {
-		err = compileAlone(t, e.caps)
+		err = e.rego.CheckAlone(t)
 	}
 	if err != nil {
 		e.stats.compileErrors.Add(1)
@@ -558,34 +530,6 @@ func (e *Engine) templateState(name string) *templateState {
 	return st
 }
 
-func changeRef(ch policy.Change) (policy.ObjectRef, error) {
-	if ch.Object != nil {
-		ref := policy.ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Namespace: ch.Object.GetNamespace(), Name: ch.Object.GetName()}
-		if ref.GroupVersionKind.Kind == "" || ref.GroupVersionKind.Version == "" {
-			return ref, errors.New("apiVersion and kind are required")
-		}
-		if ref.Name == "" {
-			return ref, errors.New("metadata.name is required")
-		}
-		return ref, nil
-	}
-	if ch.Delete == nil {
-		return policy.ObjectRef{}, errors.New("change has neither an object nor a deletion")
-	}
-	return *ch.Delete, nil
-}
-
-// compileAlone compiles one template on its own, so that its errors are
-// its own and never blamed on the policy set.
-func compileAlone(t *gatekeeper.Template, caps *ast.Capabilities) error {
-	c := ast.NewCompiler().WithCapabilities(caps).WithEnablePrintStatements(false)
-	c.Compile(t.Modules)
-	if c.Failed() {
-		return fmt.Errorf("%w: compile: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
-	}
-	return nil
-}
-
 // nextSnapshot builds the policy set that results from the changes. It
 // compiles only when templates changed.
 func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeeper.Template, constraintsChanged bool) (*snapshot, error) {
@@ -609,25 +553,14 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeepe
 				byName[name] = t
 			}
 		}
-		modules := map[string]*ast.Module{}
-		for _, t := range byName {
-			for id, m := range t.Modules {
-				modules[id] = m.Copy()
-			}
-		}
-		c := ast.NewCompiler().WithCapabilities(e.caps).WithEnablePrintStatements(false)
-		c.Compile(modules)
-		if c.Failed() {
-			return nil, fmt.Errorf("%w: compile policy set: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
+		c, programs, err := e.rego.Compile(ctx, byName)
+		if err != nil {
+			return nil, err
 		}
 		next.compiler = c
-		next.templates = map[string]*compiledTemplate{}
-		for _, t := range byName {
-			ct, err := e.prepare(ctx, c, t)
-			if err != nil {
-				return nil, fmt.Errorf("prepare template %s: %w", t.Name, err)
-			}
-			next.templates[t.Kind] = ct
+		next.templates = make(map[string]*compiledTemplate, len(programs))
+		for kind, p := range programs {
+			next.templates[kind] = newCompiledTemplate(p.Template(), p)
 		}
 	}
 	// Bind constraints to the templates in force; keep the memo of every
@@ -673,82 +606,17 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeepe
 	return next, nil
 }
 
-func (e *Engine) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Template) (*compiledTemplate, error) {
-	var rules []*ast.Rule
-	for id := range t.Modules {
-		rules = append(rules, c.Modules[id].Rules...)
+// nodeViewAfter is the view the store keeps Nodes in after a commit that
+// installs next (nil: the policy set stays). A request may still hold the
+// policy set in force before the commit (loaded after its transaction
+// opened, before the new set was installed): the view serves both until
+// the next commit.
+func (e *Engine) nodeViewAfter(next *snapshot) inventory.View {
+	constraints := e.snap.Load().constraints
+	if next != nil {
+		constraints = append(append([]*boundConstraint(nil), constraints...), next.constraints...)
 	}
-	ct := &compiledTemplate{t: t, compiler: c, rules: rules, analysis: analysis.Analyze(c, rules, gatekeeper.TemplateRoot(t.Kind), nil),
-		guards: analysis.Guards(rules, gatekeeper.TemplateRoot(t.Kind)), invReads: inventoryReadsOf(rules)}
-	var err error
-	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.QueryRef())))
-	if ct.query, err = rego.New(rego.ParsedQuery(query), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
-		return nil, err
-	}
-	override := ast.MustParseBodyWithOpts(
-		fmt.Sprintf("%s with input as input.review_input with data.inventory.cluster.v1.Node as input.nodes", t.QueryRef()),
-		ast.ParserOptions{RegoVersion: ast.RegoV1})
-	if ct.overrideQuery, err = rego.New(rego.ParsedQuery(override), rego.Compiler(c), rego.Store(e.store)).PrepareForEval(ctx); err != nil {
-		return nil, err
-	}
-	return ct, nil
-}
-
-// writeInventoryChanges writes the inventory changes of a commit: the
-// object counts they change and the kinds whose stored objects changed,
-// by inventoryKey, and the changes refused.
-func (e *Engine) writeInventoryChanges(ctx context.Context, txn storage.Transaction, inv []policy.Change, view nodeView, raw map[string][]byte) (map[string]int, map[string]bool, []*policy.ApplyError) {
-	counts, changedKinds := map[string]int{}, map[string]bool{}
-	var errs []*policy.ApplyError
-	for _, ch := range inv {
-		ref, _ := changeRef(ch)
-		delta, changed, err := e.writeInventory(ctx, txn, ch, view, raw)
-		if err != nil {
-			errs = append(errs, &policy.ApplyError{Ref: ref, Err: err})
-			continue
-		}
-		key := inventoryKey(ref.GroupVersionKind)
-		counts[key] += delta
-		if changed {
-			changedKinds[key] = true
-		}
-	}
-	return counts, changedKinds, errs
-}
-
-// bumpGenerations writes, in txn, the generations that change with a
-// commit: each changed kind's and, when anything changed, the whole
-// inventory's (recut: the Nodes were cut anew, which changes the Node
-// kind). It returns the whole inventory's new generation.
-func (e *Engine) bumpGenerations(ctx context.Context, txn storage.Transaction, changedKinds map[string]bool, recut bool) (uint64, error) {
-	if recut {
-		changedKinds[nodeKind] = true
-	}
-	if len(changedKinds) == 0 {
-		return e.invGen, nil
-	}
-	gens := e.readKindGenerations(ctx, txn)
-	next := ast.NewObject()
-	if gens != nil {
-		next = gens.Copy()
-	}
-	for k := range changedKinds {
-		n := 1
-		if g := next.Get(ast.StringTerm(k)); g != nil {
-			if i, ok := g.Value.(ast.Number).Int(); ok {
-				n = i + 1
-			}
-		}
-		next.Insert(ast.StringTerm(k), ast.InternedTerm(n))
-	}
-	if err := e.store.Write(ctx, txn, storage.ReplaceOp, kindGenerationsPath, next); err != nil {
-		return 0, fmt.Errorf("store inventory kinds' generations: %w", err)
-	}
-	gen := e.invGen + 1
-	if err := e.store.Write(ctx, txn, storage.ReplaceOp, generationPath, ast.InternedTerm(int(gen)).Value); err != nil {
-		return 0, fmt.Errorf("store inventory generation: %w", err)
-	}
-	return gen, nil
+	return viewOf(constraints)
 }
 
 // commit writes policies and inventory in one store transaction and
@@ -782,24 +650,22 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 			}
 		}
 	}
-	view, raw, err := e.cutNodes(ctx, txn, next)
+	view := e.nodeViewAfter(next)
+	raw, recut, err := e.inv.Cut(ctx, txn, view)
 	if err != nil {
 		e.store.Abort(ctx, txn)
-		return append(errs, &policy.ApplyError{Err: err})
+		return append(errs, &ApplyError{Err: err})
 	}
-	if !view.all {
-		e.prepareNodeCodec(inv)
-	}
-	counts, changedKinds, invErrs := e.writeInventoryChanges(ctx, txn, inv, view, raw)
-	errs = append(errs, invErrs...)
+	written := e.inv.Write(ctx, txn, inv, view, raw)
+	errs = append(errs, written.Refused...)
 	// Any change of what the store holds, and a re-cut of the Nodes, is
 	// a new generation: what keys on it (signatures, kept answers, the
 	// node index, verdicts of templates reading the inventory) never sees
 	// two contents under one number; a write that changed nothing keeps it.
-	gen, err := e.bumpGenerations(ctx, txn, changedKinds, view.key != e.view.key)
+	gen, err := e.inv.Bump(ctx, txn, written.Changed, recut)
 	if err != nil {
 		e.store.Abort(ctx, txn)
-		return append(errs, &policy.ApplyError{Err: err})
+		return append(errs, &ApplyError{Err: err})
 	}
 	if next != nil && len(templates) > 0 {
 		plugins.SetCompilerOnContext(params.Context, next.compiler)
@@ -830,9 +696,8 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		}
 		e.log.Info("policy set installed", "generation", next.generation, "templates", len(next.templates), "constraints", len(next.constraints))
 	}
-	e.invGen = gen
-	e.keepNodes(view, raw)
-	for k, d := range counts {
+	e.inv.Committed(gen, view, raw)
+	for k, d := range written.Counts {
 		e.invCounts[k] += d
 		if e.invCounts[k] <= 0 {
 			delete(e.invCounts, k)

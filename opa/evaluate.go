@@ -8,21 +8,17 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
-var (
-	podGVK      = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	namespaceGV = storage.Path{"inventory", "cluster", "v1", "Namespace"}
-	nodeGV      = storage.Path{"inventory", "cluster", "v1", "Node"}
-)
+var podGVK = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 
 // podInput is what a request knows of its pod: the review templates see
 // (before spec.nodeName is set per node) and what matching reads.
@@ -35,7 +31,7 @@ type podInput struct {
 
 func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod) podInput {
 	in := podInput{name: pod.name, namespace: pod.namespace, labels: pod.labels}
-	nsValue := e.readValue(ctx, txn, append(namespaceGV[:len(namespaceGV):len(namespaceGV)], in.namespace))
+	nsValue := e.inv.Value(ctx, txn, append(inventory.NamespacesPath[:len(inventory.NamespacesPath):len(inventory.NamespacesPath)], in.namespace))
 	nsTerm := ast.ObjectTerm()
 	if nsValue != nil && in.namespace != "" {
 		nsTerm = ast.NewTerm(nsValue)
@@ -173,7 +169,7 @@ func (e *Engine) openView(ctx context.Context) (storeView, error) {
 	if err != nil {
 		return storeView{}, fmt.Errorf("open store transaction: %w", err)
 	}
-	return storeView{txn: txn, snap: e.snap.Load(), invGen: e.readValue(ctx, txn, generationPath), kindGens: e.readKindGenerations(ctx, txn)}, nil
+	return storeView{txn: txn, snap: e.snap.Load(), invGen: e.inv.Value(ctx, txn, inventory.GenerationPath), kindGens: e.inv.KindGenerations(ctx, txn)}, nil
 }
 
 // end adds the request's counters to the engine's, returns its scratch
@@ -201,19 +197,19 @@ func (r *request) release() {
 	}
 }
 
-// evalCancel is the option that stops the request's evaluations when its
+// evalCancel is what stops the request's evaluations when its
 // context ends: one topdown.Cancel per request, set by context.AfterFunc,
 // which starts no goroutine unless the context ends. Without it OPA
 // starts a goroutine per evaluation to watch the context (a tenth of an
 // evaluation's cost, and a one-off pod runs a dozen). Safe for the
 // prefetch workers to call at once.
-func (r *request) evalCancel() rego.EvalOption {
+func (r *request) evalCancel() topdown.Cancel {
 	r.cancelOnce.Do(func() {
 		c := topdown.NewCancel()
 		r.stopCancel = context.AfterFunc(r.ctx, c.Cancel)
-		r.cancelOpt = rego.EvalExternalCancel(c)
+		r.cancel = c
 	})
-	return r.cancelOpt
+	return r.cancel
 }
 
 func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, explain bool) *request {
@@ -371,12 +367,12 @@ func (r *request) candidates(cands []Candidate) error {
 	r.scratch = scratchPool.Get().(*scratch)
 	r.scratch.grow(len(cands))
 	r.slots = r.scratch.slots
-	inventoryNodes, _ := r.e.readValue(r.ctx, r.txn, nodeGV).(ast.Object)
-	index := r.e.nodeIndex.of(r.invGen.Value, inventoryNodes, len(cands))
+	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)
+	index := r.e.nodeIndex.Of(r.invGen.Value, inventoryNodes, len(cands))
 	nameKey := &ast.Term{} // one lookup key for all candidates
 	known := func(name string) ast.Value {
 		if index != nil {
-			return index.byName[name]
+			return index.Node(name)
 		}
 		if inventoryNodes != nil {
 			nameKey.Value = ast.String(name)
@@ -421,7 +417,7 @@ func (r *request) candidates(cands []Candidate) error {
 // classes, and costs a class lookup, not a projection or an evaluation.
 // fromRequest reports that the value is the request's own.
 func (r *request) requestNode(name string, obj map[string]any, known ast.Value) (ast.Value, bool, error) {
-	content := r.snap.nodeView().cut(withoutManagedFields(withTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
+	content := r.snap.nodeView().Cut(inventory.WithoutManagedFields(withTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
 	v, err := ast.InterfaceToValue(content)
 	if err != nil {
 		return nil, false, fmt.Errorf("convert node %s: %w", name, err)
@@ -440,7 +436,7 @@ type request struct {
 	// cancelOnce makes cancelOpt, the evaluations' cancellation
 	// (evalCancel); stopCancel unregisters it.
 	cancelOnce sync.Once
-	cancelOpt  rego.EvalOption
+	cancel     topdown.Cancel
 	stopCancel func() bool
 	// deferHelpers: a helper answer the helper memo lacks is recorded in
 	// deferred instead of evaluated (prefetch runs them in parallel).

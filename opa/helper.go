@@ -1,18 +1,14 @@
 package opa
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
@@ -36,11 +32,6 @@ import (
 // reads instead, as if it were read as it is: the template's own
 // evaluation then meets the same error, as Gatekeeper would.
 
-// helperArgument is the input key the argument is passed under. The
-// analysis proves the function reads nothing of input but constants
-// (its parameters), so no function sees it.
-var helperArgument = ast.StringTerm("helper_argument")
-
 // keyHelper is one Helper of a bound constraint's key.
 type keyHelper struct {
 	// owner names its answers in the engine's helper memo: every helper
@@ -51,7 +42,7 @@ type keyHelper struct {
 	identity string
 	// reads are the function's reads below the value: its memo key.
 	reads [][]*ast.Term
-	query *rego.PreparedEvalQuery
+	query drivers.Helper
 	// parameters are the constraint's: input.parameters of every call.
 	parameters *ast.Term
 	// rawPaths are the reads' review paths (the argument's path, then the
@@ -71,13 +62,6 @@ type keyHelper struct {
 	argLast bool
 }
 
-// helperQueries are a compiled template's prepared helper queries, by
-// call: every constraint of the template with the same call shares one.
-type helperQueries struct {
-	mu      sync.Mutex
-	byQuery map[string]*rego.PreparedEvalQuery
-}
-
 // helperMemoOptions bound the helper memo: its answers are booleans
 // under short keys (an image), far smaller than the verdicts'.
 var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 8 << 20}
@@ -91,11 +75,11 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast
 	if !ok {
 		return nil, nil
 	}
-	q, err := ct.helperQuery(h, e.store)
+	q, deps, err := ct.prog.Helper(h)
 	if err != nil {
 		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
 	}
-	identity := helperIdentity(analysis.HelperDependencies(ct.compiler, gatekeeper.TemplateRoot(ct.t.Kind), h), h, bc.parameters)
+	identity := helperIdentity(deps, h, bc.parameters)
 	kh := &keyHelper{owner: e.helperOwner(identity), identity: identity, reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
 	arg := path[:len(path)-1]
 	kh.argPlan = compileInput(arg)
@@ -176,35 +160,6 @@ func (e *Engine) keepHelperOwners(snap *snapshot) {
 		}
 	}
 	e.helperOwners = used
-}
-
-// helperQuery prepares (once per template and call) the query that
-// tests the function on input.helper_argument.
-func (ct *compiledTemplate) helperQuery(h analysis.HelperCall, store storage.Store) (*rego.PreparedEvalQuery, error) {
-	terms := make([]*ast.Term, 0, len(h.Args)+1)
-	terms = append(terms, ast.NewTerm(h.Func))
-	for _, a := range h.Args {
-		if analysis.IsArg(a) {
-			a = ast.NewTerm(ast.InputRootRef.Append(helperArgument))
-		}
-		terms = append(terms, a)
-	}
-	body := ast.NewBody(ast.NewExpr(terms))
-	key := body.String()
-	ct.helpers.mu.Lock()
-	defer ct.helpers.mu.Unlock()
-	if q := ct.helpers.byQuery[key]; q != nil {
-		return q, nil
-	}
-	q, err := rego.New(rego.ParsedQuery(body), rego.Compiler(ct.compiler), rego.Store(store)).PrepareForEval(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	if ct.helpers.byQuery == nil {
-		ct.helpers.byQuery = map[string]*rego.PreparedEvalQuery{}
-	}
-	ct.helpers.byQuery[key] = &q
-	return &q, nil
 }
 
 // helperKey is the key value of a path ending in h's Helper in review:
@@ -355,15 +310,11 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 // It writes nothing of the request, so that prefetch may run it on
 // several goroutines.
 func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
-	input := ast.NewObject(ast.Item(termParameters, h.parameters), ast.Item(helperArgument, ast.NewTerm(v)))
-	rs, err := h.query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics, r.evalCancel())
+	holds, err := h.query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.parameters, Argument: v, Cancel: r.evalCancel()})
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
 		return false, false
 	}
-	// A query's expression whose value is false still gives a result
-	// (with that value); the body `not f(x)` tests both.
-	holds = len(rs) > 0 && len(rs[0].Expressions) > 0 && rs[0].Expressions[0].Value != false
 	size := 64
 	for _, t := range read {
 		size += memo.Size(t.Value)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -51,14 +52,14 @@ spec:
 	}
 	txn, _ := e.store.NewTransaction(ctx)
 	defer e.store.Abort(ctx, txn)
-	v := e.readValue(ctx, txn, append(nodeGV[:len(nodeGV):len(nodeGV)], "n1"))
+	v := e.inv.Value(ctx, txn, append(inventory.NodesPath[:len(inventory.NodesPath):len(inventory.NodesPath)], "n1"))
 	got := v.String()
 	if strings.Contains(got, "images") || strings.Contains(got, "other") || !strings.Contains(got, `"pool": "a"`) {
 		t.Errorf("the store holds %s, want only metadata.labels.pool", got)
 	}
-	whole, err := e.codec.Decode(e.nodesRaw["n1"])
-	if err != nil || !strings.Contains(string(whole), "kubeletVersion") {
-		t.Errorf("the whole Node is not kept: %s (%v)", whole, err)
+	whole, ok := e.inv.WholeNode("n1")
+	if !ok || !strings.Contains(string(whole), "kubeletVersion") {
+		t.Errorf("the whole Node is not kept: %s", whole)
 	}
 }
 

@@ -8,22 +8,19 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
 var (
-	termReview      = ast.StringTerm("review")
-	termParameters  = ast.StringTerm("parameters")
-	termObject      = ast.StringTerm("object")
-	termSpec        = ast.StringTerm("spec")
-	termNodeName    = ast.StringTerm("nodeName")
-	termReviewInput = ast.StringTerm("review_input")
-	termNodes       = ast.StringTerm("nodes")
+	termReview     = ast.StringTerm("review")
+	termParameters = ast.StringTerm("parameters")
+	termObject     = ast.StringTerm("object")
+	termSpec       = ast.StringTerm("spec")
+	termNodeName   = ast.StringTerm("nodeName")
 
 	// undefinedTerm stands for "nothing at this path" in memo keys: an
 	// empty set, which no JSON value can be.
@@ -312,11 +309,6 @@ func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]resu
 	return r.evalQuery(bc, review, nodes)
 }
 
-// noMetrics spares each evaluation OPA's metrics (three maps and a timer
-// per phase, about a tenth of what a one-off pod's evaluations
-// allocated): nothing reads them.
-var noMetrics = rego.EvalMetrics(metrics.NoOp())
-
 // evalQuery is evalWith without the request's counter: it writes nothing
 // of the request, so that prefetch may run it on several goroutines.
 func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]result, error) {
@@ -324,13 +316,7 @@ func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]res
 		r.e.stats.evalErrors.Add(1)
 		return []result{{msg: "evaluation stopped before this constraint was judged: " + err.Error(), err: true, transient: true}}, nil
 	}
-	input := ast.NewObject(ast.Item(termReview, review), ast.Item(termParameters, ast.NewTerm(bc.parameters)))
-	query := bc.tmpl.query
-	if nodes != nil {
-		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, nodes))
-		query = bc.tmpl.overrideQuery
-	}
-	rs, err := query.Eval(r.ctx, rego.EvalParsedInput(input), rego.EvalTransaction(r.txn), noMetrics, r.evalCancel())
+	items, err := bc.tmpl.prog.Eval(r.ctx, drivers.Input{Txn: r.txn, Review: review, Parameters: bc.parameters, Nodes: nodes, Cancel: r.evalCancel()})
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
@@ -338,7 +324,7 @@ func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]res
 		}
 		return []result{{msg: err.Error(), err: true}}, nil
 	}
-	res := toResults(rs, r.e.ph)
+	res := toResults(items, r.e.ph)
 	if hasError(res) {
 		r.e.stats.evalErrors.Add(1)
 	}
@@ -369,14 +355,7 @@ func memorable(res []result) bool {
 // toResults reads a violation set the way Gatekeeper's hook does: elements
 // without msg are dropped, a non-string msg is an error, details default to
 // {}, duplicates collapse. holes marks results that hold placeholder text.
-func toResults(rs rego.ResultSet, ph *placeholders) []result {
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return nil
-	}
-	items, ok := rs[0].Expressions[0].Value.([]any)
-	if !ok {
-		return []result{{msg: fmt.Sprintf("violation is not a set: %T", rs[0].Expressions[0].Value), err: true}}
-	}
+func toResults(items []any, ph *placeholders) []result {
 	var out []result
 	seen := map[string]bool{}
 	for _, it := range items {

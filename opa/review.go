@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -102,7 +103,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	targets := reviewTargets(req, gvk, namespace)
 
 	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
-		invGen: ast.NewTerm(e.readValue(ctx, txn, generationPath)), kindGens: e.readKindGenerations(ctx, txn)}
+		invGen: ast.NewTerm(e.inv.Value(ctx, txn, inventory.GenerationPath)), kindGens: e.inv.KindGenerations(ctx, txn)}
 	defer r.addStats()
 	var out []Violation
 	for order, bc := range snap.constraints {

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -36,3 +38,22 @@ func (e *ApplyError) Error() string {
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Ref names the object ch adds, updates or removes, or says why ch names
+// none.
+func (ch Change) Ref() (ObjectRef, error) {
+	if ch.Object != nil {
+		ref := ObjectRef{GroupVersionKind: ch.Object.GroupVersionKind(), Namespace: ch.Object.GetNamespace(), Name: ch.Object.GetName()}
+		if ref.GroupVersionKind.Kind == "" || ref.GroupVersionKind.Version == "" {
+			return ref, errors.New("apiVersion and kind are required")
+		}
+		if ref.Name == "" {
+			return ref, errors.New("metadata.name is required")
+		}
+		return ref, nil
+	}
+	if ch.Delete == nil {
+		return ObjectRef{}, errors.New("change has neither an object nor a deletion")
+	}
+	return *ch.Delete, nil
+}

@@ -37,4 +37,3 @@ type ConstraintKey struct {
 }
 
 func (k ConstraintKey) String() string { return k.Kind + "/" + k.Name }
-

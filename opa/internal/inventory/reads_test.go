@@ -1,4 +1,4 @@
-package opa
+package inventory
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-func TestInventoryKindOf(t *testing.T) {
+func TestKindOf(t *testing.T) {
 	for _, tc := range []struct {
 		ref           string
 		kind          string
@@ -25,7 +25,7 @@ func TestInventoryKindOf(t *testing.T) {
 	} {
 		t.Run(tc.ref, func(t *testing.T) {
 			r := ast.MustParseRef(tc.ref)
-			kind, reads, anyKind := inventoryKindOf(r)
+			kind, reads, anyKind := kindOf(r)
 			if kind != tc.kind || reads != tc.reads || anyKind != tc.anyKnd {
 				t.Errorf("got (%q, %v, %v), want (%q, %v, %v)", kind, reads, anyKind, tc.kind, tc.reads, tc.anyKnd)
 			}
@@ -33,7 +33,7 @@ func TestInventoryKindOf(t *testing.T) {
 	}
 }
 
-func TestInventoryReadsOf(t *testing.T) {
+func TestReadsOf(t *testing.T) {
 	m := ast.MustParseModuleWithOpts(`package p
 violation[{"msg": msg}] {
   ns := data.inventory.cluster["v1"].Namespace[input.review.object.metadata.namespace]
@@ -41,20 +41,20 @@ violation[{"msg": msg}] {
   q := [x | x := data.inventory.namespace[_]["v1"].ConfigMap[_]]
   msg := sprintf("%v %v %v", [ns, node, q])
 }`, ast.ParserOptions{RegoVersion: ast.RegoV0})
-	got := inventoryReadsOf(m.Rules)
+	got := ReadsOf(m.Rules)
 	want := []string{"v1/ConfigMap", "v1/Namespace", "v1/Node"}
-	if got.any || len(got.kinds) != len(want) {
+	if got.Any || len(got.Kinds) != len(want) {
 		t.Fatalf("got %+v, want kinds %v", got, want)
 	}
 	for i := range want {
-		if got.kinds[i] != want[i] {
+		if got.Kinds[i] != want[i] {
 			t.Fatalf("got %+v, want kinds %v", got, want)
 		}
 	}
-	if ks := keyKinds(got, false); len(ks) != 2 {
+	if ks := KeyKinds(got, false); len(ks) != 2 {
 		t.Errorf("without other Nodes the Nodes leave the key: %v", ks)
 	}
-	if ks := keyKinds(got, true); len(ks) != 3 {
+	if ks := KeyKinds(got, true); len(ks) != 3 {
 		t.Errorf("with other Nodes the Nodes stay in the key: %v", ks)
 	}
 }

@@ -1,11 +1,9 @@
-package opa
+package inventory
 
 import (
-	"context"
 	"sort"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/storage"
 )
 
 // A template that reads data.inventory beyond the candidate node keys its
@@ -19,30 +17,26 @@ import (
 // with gv a variable, data.inventory whole, data[x]) keys on the whole
 // inventory's generation, as before.
 
-// kindGenerationsPath holds the generation of each kind of inventory
-// object ("v1/Namespace"), read in the request's transaction.
-var kindGenerationsPath = storage.Path{"opa_scheduler_extender", "kind_generations"}
-
-// inventoryReads is what a template's rules can read of data.inventory:
-// the kinds (inventoryKey form), or any kind.
-type inventoryReads struct {
-	kinds []string
-	any   bool
+// Reads is what a template's rules can read of data.inventory:
+// the kinds (Key form), or any kind.
+type Reads struct {
+	Kinds []string
+	Any   bool
 }
 
-// inventoryReadsOf walks every reference of rules (a template and its
+// ReadsOf walks every reference of rules (a template and its
 // libraries: the only code it can run) and lists the inventory kinds they
 // can reach. Over-approximate: any reference into data that cannot be
 // pinned to a kind reads any kind.
-func inventoryReadsOf(rules []*ast.Rule) inventoryReads {
+func ReadsOf(rules []*ast.Rule) Reads {
 	kinds := map[string]bool{}
-	var out inventoryReads
+	var out Reads
 	for _, rule := range rules {
 		ast.WalkRefs(rule, func(r ast.Ref) bool {
-			kind, reads, anyKind := inventoryKindOf(r)
+			kind, reads, anyKind := kindOf(r)
 			switch {
 			case anyKind:
-				out.any = true
+				out.Any = true
 			case reads:
 				kinds[kind] = true
 			}
@@ -50,18 +44,18 @@ func inventoryReadsOf(rules []*ast.Rule) inventoryReads {
 		})
 	}
 	for k := range kinds {
-		out.kinds = append(out.kinds, k)
+		out.Kinds = append(out.Kinds, k)
 	}
-	sort.Strings(out.kinds)
+	sort.Strings(out.Kinds)
 	return out
 }
 
-// inventoryKindOf says what a reference reads of the inventory: nothing
+// kindOf says what a reference reads of the inventory: nothing
 // (not rooted at data.inventory), one kind, or possibly any.
 //
 //	data.inventory.cluster[gv][Kind]...        kind gv/Kind
 //	data.inventory.namespace[ns][gv][Kind]...  kind gv/Kind, whatever ns
-func inventoryKindOf(r ast.Ref) (kind string, reads, anyKind bool) {
+func kindOf(r ast.Ref) (kind string, reads, anyKind bool) {
 	if len(r) == 0 || !r[0].Equal(ast.DefaultRootDocument) {
 		return "", false, false
 	}
@@ -99,47 +93,16 @@ func inventoryKindOf(r ast.Ref) (kind string, reads, anyKind bool) {
 	return gv + "/" + k, true, false
 }
 
-// keyKinds are the kinds whose generations key bc's verdicts: the kinds
+// KeyKinds are the kinds whose generations key bc's verdicts: the kinds
 // its template reads, less the Nodes when it reads only the candidate
 // node (keyed by its node class, not by the Nodes' generation).
-func keyKinds(reads inventoryReads, otherNodes bool) []*ast.Term {
+func KeyKinds(reads Reads, otherNodes bool) []*ast.Term {
 	var out []*ast.Term
-	for _, k := range reads.kinds {
-		if k == nodeKind && !otherNodes {
+	for _, k := range reads.Kinds {
+		if k == NodeKind && !otherNodes {
 			continue
 		}
 		out = append(out, ast.StringTerm(k))
 	}
 	return out
 }
-
-// nodeKind is the Nodes' inventoryKey.
-const nodeKind = "v1/Node"
-
-// readKindGenerations reads the kinds' generations in txn (nil when the
-// store holds none yet).
-func (e *Engine) readKindGenerations(ctx context.Context, txn storage.Transaction) ast.Object {
-	obj, _ := e.readValue(ctx, txn, kindGenerationsPath).(ast.Object)
-	return obj
-}
-
-// inventoryTerms appends to terms what keys bc's verdicts on the
-// inventory beyond the candidate node: the generations of the kinds it
-// reads, or the whole inventory's when it may read any kind.
-func (r *request) inventoryTerms(terms []*ast.Term, bc *boundConstraint) []*ast.Term {
-	if bc.invAny {
-		return append(terms, r.invGen)
-	}
-	for _, k := range bc.invKinds {
-		t := zeroGeneration
-		if r.kindGens != nil {
-			if g := r.kindGens.Get(k); g != nil {
-				t = g
-			}
-		}
-		terms = append(terms, t)
-	}
-	return terms
-}
-
-var zeroGeneration = ast.InternedTerm(0)

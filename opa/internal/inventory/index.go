@@ -1,4 +1,4 @@
-package opa
+package inventory
 
 import (
 	"sync/atomic"
@@ -17,21 +17,23 @@ import (
 // one it was built from; a Node heartbeat, which leaves the cut Node as it
 // was, keeps the index.
 
-// minIndexedCandidates is the request size from which building the index
+// MinIndexedCandidates is the request size from which building the index
 // (one pass over the Nodes) is worth it when none fits.
 const minIndexedCandidates = 64
 
-type nodeIndex struct {
+// Index maps each Node's name to its value, for one inventory generation.
+type Index struct {
 	generation ast.Value
 	byName     map[string]ast.Value // Node objects only
 }
 
-type nodeIndexCache struct{ cur atomic.Pointer[nodeIndex] }
+// IndexCache holds the newest Index built.
+type IndexCache struct{ cur atomic.Pointer[Index] }
 
-// of gives the index for the inventory generation gen, whose Nodes are
+// Of gives the index for the inventory generation gen, whose Nodes are
 // nodes (read in the same transaction), or nil: nodes is then looked up
 // directly.
-func (c *nodeIndexCache) of(gen ast.Value, nodes ast.Object, candidates int) *nodeIndex {
+func (c *IndexCache) Of(gen ast.Value, nodes ast.Object, candidates int) *Index {
 	if gen == nil || nodes == nil {
 		return nil
 	}
@@ -47,7 +49,7 @@ func (c *nodeIndexCache) of(gen ast.Value, nodes ast.Object, candidates int) *no
 		}
 		return nil
 	}
-	idx = &nodeIndex{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
+	idx = &Index{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
 	nodes.Foreach(func(k, v *ast.Term) {
 		name, ok := k.Value.(ast.String)
 		if _, isObj := v.Value.(ast.Object); ok && isObj {
@@ -62,3 +64,6 @@ func (c *nodeIndexCache) of(gen ast.Value, nodes ast.Object, candidates int) *no
 		}
 	}
 }
+
+// Node is the Node named name, nil when absent.
+func (idx *Index) Node(name string) ast.Value { return idx.byName[name] }

@@ -1,0 +1,79 @@
+// Package drivers is the seam between the engine and the languages a
+// ConstraintTemplate's code is written in, as Gatekeeper's constraint
+// framework keeps its drivers apart from its client: a driver compiles a
+// template's code into a Program, and the engine asks the Program what a
+// constraint reads (to key its memo and cut the Nodes) and for the
+// violation set of one review.
+//
+// The engine's fast path (memo keys, node classes, answer reuse, message
+// placeholders) works from what Analyze says and from Eval alone, so a new
+// engine is a new driver beside drivers/rego. This package knows neither
+// the memo nor a request; drivers know neither the memo nor HTTP.
+package drivers
+
+import (
+	"context"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+)
+
+// Program is a template's code compiled by its engine's driver. It is
+// immutable and safe for concurrent use.
+type Program interface {
+	// Engine names the code's engine as a ConstraintTemplate does ("Rego").
+	Engine() string
+	// Analyze says what the template reads of the review and of the
+	// candidate node and what it only prints, for a constraint with these
+	// parameters (nil: the template alone, parameters unknown).
+	Analyze(parameters ast.Value) *analysis.Result
+	// Guards are the conditions every violation rule begins with, which a
+	// review failing one of each rule's cannot violate (nil: none known).
+	Guards() [][]analysis.Guard
+	// InventoryReads is what the code can reach of data.inventory.
+	InventoryReads() inventory.Reads
+	// Eval gives the violation set of one review: its elements as the
+	// code produced them (objects with msg and details, in Gatekeeper's
+	// form). An error is the evaluation's: the caller fails closed.
+	Eval(ctx context.Context, in Input) ([]any, error)
+	// Helper prepares a boolean function of the code that a constraint's
+	// memo key stands in for (analysis.HelperOf), and says what decides
+	// its answers, so that templates shipping the same function share
+	// them.
+	Helper(call analysis.HelperCall) (Helper, analysis.HelperDeps, error)
+}
+
+// Input is what one evaluation reads.
+type Input struct {
+	// Txn is the request's store transaction: data.inventory as the
+	// request sees it.
+	Txn storage.Transaction
+	// Review is the admission review (input.review).
+	Review *ast.Term
+	// Parameters are the constraint's (input.parameters).
+	Parameters ast.Value
+	// Nodes, when not nil, stand for data.inventory.cluster["v1"].Node:
+	// the Nodes a request carries.
+	Nodes *ast.Term
+	// Cancel stops the evaluation when the request's context ends.
+	Cancel topdown.Cancel
+}
+
+// Helper is a boolean function of a template's code, asked on one value.
+type Helper interface {
+	// Holds says whether the function holds on argument, with input.parameters
+	// set to parameters.
+	Holds(ctx context.Context, in HelperInput) (bool, error)
+}
+
+// HelperInput is what one helper call reads.
+type HelperInput struct {
+	Txn        storage.Transaction
+	Parameters *ast.Term
+	Argument   ast.Value
+	Cancel     topdown.Cancel
+}

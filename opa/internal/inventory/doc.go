@@ -1,0 +1,11 @@
+// Package inventory owns data.inventory: where Gatekeeper's sync puts each
+// object in the store (Path), the generations that say whether what the
+// store holds changed (the whole inventory's and each kind's), what a
+// template's rules can reach of it (ReadsOf), and the Nodes: kept in the
+// store cut to what the policy set reads (View) while the whole of each is
+// kept aside, deflated (package internal/compact), for the next cut.
+//
+// It knows nothing of templates, constraints, the memo or a request: the
+// engine (package opa) says which paths its policy set reads of a Node and
+// calls Inventory with its write lock held.
+package inventory
