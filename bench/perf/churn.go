@@ -148,8 +148,14 @@ func (c *Churn) Stop() (written int64, err error) {
 	return c.written.Load(), err
 }
 
-// Written is how many updates were written so far.
-func (c *Churn) Written() int64 { return c.written.Load() }
+// Written is how many updates were written so far (0 for no Churn: a
+// client of a still cluster, such as the load generator's floor server's).
+func (c *Churn) Written() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.written.Load()
+}
 
 // churnStride is a step through n nodes that reaches every one: a prime
 // near n/3 that does not divide n (updates spread over pools and files).
