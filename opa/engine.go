@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -198,7 +199,7 @@ type boundConstraint struct {
 	// constraints that read it (request.keyCache).
 	keyPathIDs []int
 	// keyPlans read keyInputPaths (lookup.go), parsed once.
-	keyPlans []*inputPlan
+	keyPlans []*lookup.InputPlan
 	// keyHelpers are, by key path, the helpers of the paths that end in
 	// one (nil for the others; helper.go). Such paths are looked up per
 	// constraint (their keyPathIDs are -1): their answers are its own.
@@ -245,7 +246,7 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 			id = e.keyPaths.id(analysis.PathString(p))
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		bc.keyPlans = append(bc.keyPlans, compileInput(p))
+		bc.keyPlans = append(bc.keyPlans, lookup.CompileInput(p))
 		bc.keyPathIDs = append(bc.keyPathIDs, id)
 		bc.keyHelpers = append(bc.keyHelpers, h)
 	}
@@ -255,7 +256,7 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 		if m.Root == analysis.Node {
 			bc.nodeMsgs = append(bc.nodeMsgs, slot)
 		} else {
-			slot.plan = compileInput(m.Path)
+			slot.plan = lookup.CompileInput(m.Path)
 			bc.podMsgs = append(bc.podMsgs, slot)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -320,7 +321,7 @@ func (r *request) guardFails(bc *boundConstraint) (analysis.Guard, bool) {
 	for k, rule := range bc.tmpl.guards {
 		failed := false
 		for _, g := range rule {
-			if !g.Holds(lookupInput(r.podReview, g.Path).Value) {
+			if !g.Holds(lookup.Input(r.podReview, g.Path).Value) {
 				if k == 0 {
 					first = g
 				}
@@ -742,12 +743,12 @@ func keysDistinct(review *ast.Term, groups [][][]*ast.Term) bool {
 			if j < 0 {
 				continue
 			}
-			arr, ok := lookupInput(review, p[:j]).Value.(*ast.Array)
+			arr, ok := lookup.Input(review, p[:j]).Value.(*ast.Array)
 			if !ok {
 				continue // absent, or not a list: read whole (wholeValue)
 			}
 			for i := range arr.Len() {
-				if t := lookup(arr.Elem(i).Value, p[j+1:]); t != undefinedTerm {
+				if t := lookup.At(arr.Elem(i).Value, p[j+1:]); t != lookup.Undefined {
 					keys = append(keys, t)
 				}
 			}
@@ -856,9 +857,9 @@ func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) 
 // keyValue is the value at path in review: looked up once per request in
 // the pod's own review (the constraints of a library read the same paths,
 // containers[_].image in a dozen of them), every time in a node's.
-func (r *request) keyValue(id int, review *ast.Term, plan *inputPlan) *ast.Term {
+func (r *request) keyValue(id int, review *ast.Term, plan *lookup.InputPlan) *ast.Term {
 	if review != r.podReview {
-		return plan.lookupThen(review, nil)
+		return plan.Then(review, nil)
 	}
 	b := r.buffers()
 	if id < len(b.keyCache) {
@@ -870,7 +871,7 @@ func (r *request) keyValue(id int, review *ast.Term, plan *inputPlan) *ast.Term 
 		b.keyCache = slices.Grow(b.keyCache, id+1-n)[:id+1]
 		clear(b.keyCache[n:])
 	}
-	t := plan.lookupThen(review, nil)
+	t := plan.Then(review, nil)
 	b.keyCache[id] = t
 	return t
 }
@@ -905,13 +906,13 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 	a := bc.analysis
 	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.nodeMsgs)+1)
 	for _, path := range a.NodePaths {
-		terms = append(terms, lookup(node, path))
+		terms = append(terms, lookup.At(node, path))
 	}
 	for _, path := range a.NodeExists {
-		terms = append(terms, ast.InternedTerm(truthy(lookup(node, path))))
+		terms = append(terms, ast.InternedTerm(lookup.Truthy(lookup.At(node, path))))
 	}
 	for _, m := range bc.nodeMsgs {
-		t := lookup(node, m.path)
+		t := lookup.At(node, m.path)
 		if v, ok := substitutableAt(node, m.path, m.quote); ok {
 			t = placeholderKey
 			printed = printed.withValue(newBinding(m.index, v))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
@@ -51,12 +52,12 @@ type keyHelper struct {
 	// holds from its key cache, which the constraints reading those paths
 	// share (knownAnswers). nil for an argument's path with a condition.
 	rawPaths  [][]*ast.Term
-	rawPlans  []*inputPlan
+	rawPlans  []*lookup.InputPlan
 	rawIDs    []int
 	eachDepth int
 	// argPlan reads the argument's path (the key path without its
 	// Helper), the helper called on each value it finds.
-	argPlan *inputPlan
+	argPlan *lookup.InputPlan
 	// argLast: the last raw path is the argument's own, which may be
 	// absent (its path does not end in Each: it is not an element).
 	argLast bool
@@ -82,12 +83,12 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast
 	identity := helperIdentity(deps, h, bc.parameters)
 	kh := &keyHelper{owner: e.helperOwner(identity), identity: identity, reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
 	arg := path[:len(path)-1]
-	kh.argPlan = compileInput(arg)
+	kh.argPlan = lookup.CompileInput(arg)
 	if _, _, _, conditional := analysis.Condition(arg); !conditional {
 		for _, rel := range h.Reads {
 			raw := append(slices.Clone(arg), rel...)
 			kh.rawPaths = append(kh.rawPaths, raw)
-			kh.rawPlans = append(kh.rawPlans, compileInput(raw))
+			kh.rawPlans = append(kh.rawPlans, lookup.CompileInput(raw))
 			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(raw)))
 		}
 		for _, t := range arg {
@@ -177,7 +178,7 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term) *ast.Term {
 			return t
 		}
 	}
-	return h.argPlan.lookupThen(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+	return h.argPlan.Then(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
 }
 
 // knownAnswers is helperKey's value made from the values at h's raw
@@ -185,7 +186,7 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term) *ast.Term {
 // needs: the same value as the lookup that calls the helper makes, since
 // an element's value at a read is the element's entry in the raw path's
 // array, a list that is absent or not an array is so in every raw path
-// (undefined, or the same wholeValue, as the lookup gives), and an
+// (undefined, or the same lookup.Whole, as the lookup gives), and an
 // argument that is absent (h.argLast) is not called. ok is false at the
 // first answer the memo lacks: helperKey then looks the path up and calls
 // the helper.
@@ -193,8 +194,8 @@ func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.T
 	if depth == 0 {
 		read := raw
 		if h.argLast {
-			if raw[len(raw)-1] == undefinedTerm {
-				return undefinedTerm, true // no argument: the helper is not called
+			if raw[len(raw)-1] == lookup.Undefined {
+				return lookup.Undefined, true // no argument: the helper is not called
 			}
 			read = raw[:len(raw)-1]
 		}
@@ -205,7 +206,7 @@ func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.T
 		return ast.InternedTerm(holds), true
 	}
 	arr, isArray := raw[0].Value.(*ast.Array)
-	if raw[0] == undefinedTerm || !isArray {
+	if raw[0] == lookup.Undefined || !isArray {
 		return raw[0], true // the list is absent, or keyed whole
 	}
 	for _, t := range raw[1:] {
@@ -271,7 +272,7 @@ func internedAnswers(answers []*ast.Term) *ast.Term {
 	bits := 0
 	for i, a := range answers {
 		b, ok := a.Value.(ast.Boolean)
-		if !ok || a == undefinedTerm {
+		if !ok || a == lookup.Undefined {
 			return nil
 		}
 		if b {
@@ -286,7 +287,7 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 	b := r.buffers()
 	read := b.helperRead[:0] // memo.Find copies what it keeps
 	for _, p := range h.reads {
-		read = append(read, lookup(v, p))
+		read = append(read, lookup.At(v, p))
 	}
 	b.helperRead = read
 	entry := r.e.helpers.Find(h.owner, read)
@@ -295,12 +296,12 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 	}
 	if r.deferHelpers {
 		r.deferred = append(r.deferred, deferredHelper{h: h, v: v, entry: entry, read: slices.Clone(read)})
-		return undefinedTerm // the key is made again once the helper ran
+		return lookup.Undefined // the key is made again once the helper ran
 	}
 	holds, ok := r.evalHelper(h, v, entry, read)
 	if !ok {
 		// Keyed on what it reads: the template's evaluation meets the error.
-		return wholeValue(ast.ArrayTerm(slices.Clone(read)...))
+		return lookup.Whole(ast.ArrayTerm(slices.Clone(read)...))
 	}
 	return ast.InternedTerm(holds)
 }

@@ -30,6 +30,8 @@ var layers = map[string][]string{
 	"opa/internal/compact":   nil,
 	"opa/internal/jsonvalue": nil,
 	"opa/internal/memo":      nil,
+	"opa/internal/lookup": {
+		"opa/internal/analysis", "opa/internal/memo"},
 	"opa/internal/gatekeeper": {
 		"opa/policy"},
 	"opa/internal/inventory": {
@@ -40,7 +42,7 @@ var layers = map[string][]string{
 		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper", "opa/internal/drivers"},
 	"opa": {
 		"opa/policy", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue", "opa/internal/memo",
-		"opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego"},
+		"opa/internal/lookup", "opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego"},
 	"opa/enginemetrics":                    {"opa", "opa/policy"},
 	"opa/source":                           {"opa", "opa/policy"},
 	"opa/verify":                           {"opa", "opa/policy", "opa/source"},

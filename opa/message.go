@@ -12,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 )
 
 // Values that only reach messages (analysis.MessagePath) are evaluated as
@@ -96,7 +97,7 @@ type msgSlot struct {
 	index int
 	text  string
 	// plan reads path in the pod's review (nil for the node's paths).
-	plan *inputPlan
+	plan *lookup.InputPlan
 	// absent are the objects (paths below input) the template looks up by
 	// keys built from the value (analysis.MessagePath.Absent).
 	absent [][]*ast.Term
@@ -108,7 +109,7 @@ func (r *request) keptPrinted(bc *boundConstraint) []string {
 	var out []string
 	for i := range bc.podMsgs {
 		m := &bc.podMsgs[i]
-		if len(m.path) == 0 || !m.path[0].Equal(termReview) {
+		if len(m.path) == 0 || !m.path[0].Equal(lookup.ReviewKey) {
 			continue
 		}
 		j := analysis.EachAt(m.path)
@@ -118,7 +119,7 @@ func (r *request) keptPrinted(bc *boundConstraint) []string {
 			}
 			continue
 		}
-		arr, ok := lookupInput(r.podReview, m.path[:j]).Value.(*ast.Array)
+		arr, ok := lookup.Input(r.podReview, m.path[:j]).Value.(*ast.Array)
 		if !ok || arr.Len() > maxEachPlaceholders {
 			continue // the list is keyed as lookup reads it (not printed value by value)
 		}
@@ -171,10 +172,10 @@ func (r *request) absentFrom(m *msgSlot, s string) bool {
 		return false
 	}
 	for _, p := range m.absent {
-		if len(p) == 0 || !p[0].Equal(termReview) {
+		if len(p) == 0 || !p[0].Equal(lookup.ReviewKey) {
 			return false // the analysis gives objects of the review only
 		}
-		obj, ok := lookupInput(r.podReview, p).Value.(ast.Object)
+		obj, ok := lookup.Input(r.podReview, p).Value.(ast.Object)
 		if !ok {
 			continue // not an object (or missing): the lookup misses either way
 		}

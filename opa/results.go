@@ -12,19 +12,14 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
 var (
-	termReview     = ast.StringTerm("review")
-	termParameters = ast.StringTerm("parameters")
-	termObject     = ast.StringTerm("object")
-	termSpec       = ast.StringTerm("spec")
-	termNodeName   = ast.StringTerm("nodeName")
-
-	// undefinedTerm stands for "nothing at this path" in memo keys: an
-	// empty set, which no JSON value can be.
-	undefinedTerm = ast.SetTerm()
+	termObject   = ast.StringTerm("object")
+	termSpec     = ast.StringTerm("spec")
+	termNodeName = ast.StringTerm("nodeName")
 )
 
 // result is one element of a violation set.
@@ -152,7 +147,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			r.walkEach(v, m, edits)
 			continue
 		}
-		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(termReview) && r.absentFrom(&m, s) {
+		if s, ok := substitutableAt(r.podReview.Value, m.path[1:], m.quote); ok && m.path[0].Equal(lookup.ReviewKey) && r.absentFrom(&m, s) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.path[1:], text: m.text})
@@ -163,7 +158,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			continue
 		}
 		if edits == nil {
-			v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
+			v.key = append(v.key, m.plan.Then(r.podReview, nil))
 		}
 	}
 }
@@ -203,7 +198,7 @@ func (r *request) reviewOf(v *podView) *ast.Term {
 		// The list as review holds it now (an earlier edit may have put
 		// placeholders into it already): each element is replaced below
 		// it, and the list once, so the path above it is rebuilt once.
-		cur, _ := lookup(review, ed.path).Value.(*ast.Array)
+		cur, _ := lookup.At(review, ed.path).Value.(*ast.Array)
 		elems := make([]*ast.Term, cur.Len())
 		for i := range elems {
 			elems[i] = cur.Elem(i)
@@ -232,10 +227,10 @@ const maxEachPlaceholders = 64
 func (r *request) walkEach(v *podView, m msgSlot, edits *[]reviewEdit) {
 	j := analysis.EachAt(m.path)
 	list, rest := m.path[:j], m.path[j+1:]
-	arr, ok := lookupInput(r.podReview, list).Value.(*ast.Array)
-	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(termReview) {
+	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
+	if !ok || arr.Len() > maxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) {
 		if edits == nil {
-			v.key = append(v.key, m.plan.lookupThen(r.podReview, nil))
+			v.key = append(v.key, m.plan.Then(r.podReview, nil))
 		}
 		return
 	}
@@ -253,7 +248,7 @@ func (r *request) walkEach(v *podView, m msgSlot, edits *[]reviewEdit) {
 	for i := range entries {
 		s, ok := substitutableAt(arr.Elem(i).Value, rest, m.quote)
 		if !ok || !r.absentFrom(&m, s) {
-			entries[i] = lookup(arr.Elem(i).Value, rest)
+			entries[i] = lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
 		placed = true
@@ -270,7 +265,7 @@ func (r *request) walkEach(v *podView, m msgSlot, edits *[]reviewEdit) {
 	}
 	v.placed = v.placed || placed
 	if edits == nil {
-		v.key = append(v.key, keyArrays.array(entries))
+		v.key = append(v.key, lookup.KeyArrays.Array(entries))
 	} else if placed {
 		*edits = append(*edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
 	}

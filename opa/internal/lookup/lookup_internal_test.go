@@ -1,4 +1,4 @@
-package opa
+package lookup
 
 import (
 	"strings"
@@ -35,23 +35,6 @@ func TestFindTerm(t *testing.T) {
 	}
 }
 
-// TestInternedAnswers: the made answer arrays equal the arrays of the
-// same answers, and lists that are not short lists of booleans get none.
-func TestInternedAnswers(t *testing.T) {
-	yes, no := ast.InternedTerm(true), ast.InternedTerm(false)
-	for _, answers := range [][]*ast.Term{{}, {yes}, {no}, {no, yes}, {yes, yes, no, no}, {no, no, no, yes}} {
-		got := internedAnswers(answers)
-		if want := ast.ArrayTerm(answers...); got == nil || !got.Equal(want) {
-			t.Errorf("%v: made %v", want, got)
-		}
-	}
-	for _, answers := range [][]*ast.Term{{yes, undefinedTerm}, {ast.ArrayTerm(yes)}, {yes, no, yes, no, yes}, {ast.NullTerm()}} {
-		if got := internedAnswers(answers); got != nil {
-			t.Errorf("%v: made %v, want none", answers, got)
-		}
-	}
-}
-
 // TestLookupPlans reads a review through each kind of path the analysis
 // makes, with a plan compiled once and read twice (plans keep no state),
 // and with a leaf that marks what it was called on.
@@ -64,9 +47,9 @@ func TestLookupPlans(t *testing.T) {
 		],
 		"volumes": {"not": "a list"},
 		"labels": {"on": true, "off": false, "s": "v"}
-	}}}}`).Value.(ast.Object).Get(termReview)
+	}}}}`).Value.(ast.Object).Get(ReviewKey)
 	path := func(elems ...*ast.Term) []*ast.Term {
-		return append([]*ast.Term{termReview, termObject, termSpec}, elems...)
+		return append([]*ast.Term{ReviewKey, ast.StringTerm("object"), ast.StringTerm("spec")}, elems...)
 	}
 	s := ast.StringTerm
 	each, keys, length := analysis.Each, ast.VarTerm("$keys"), ast.VarTerm("$len")
@@ -83,21 +66,21 @@ func TestLookupPlans(t *testing.T) {
 	}{
 		{"plain value", path(s("containers"), ast.InternedTerm(0), s("name")), false, `"a"`, nil},
 		{"absent", path(s("nodeName")), false, `set()`, nil},
-		{"not below review", []*ast.Term{termParameters, s("x")}, false, `set()`, nil},
+		{"not below review", []*ast.Term{ast.StringTerm("parameters"), s("x")}, false, `set()`, nil},
 		{"each element's value", path(s("containers"), each, s("image")), false, `["x", "y", set()]`, nil},
 		{"each element whole", path(s("containers"), each, s("name")), false, `["a", "b", "c"]`, nil},
 		{"nested each", path(s("containers"), each, s("ports"), each, s("hostPort")), false, `[[80, set()], set(), set()]`, nil},
 		{"each where the guard holds", path(s("containers"), analysis.EachWhere([][]*ast.Term{privileged}), s("name")), false, `["a"]`, nil},
 		{"each counted", path(s("containers"), each, length), false, `[true, true, true]`, nil},
-		{"each of a value that is not a list", path(s("volumes"), each, s("x")), false, "", wholeValue(ast.MustParseTerm(`{"not": "a list"}`))},
+		{"each of a value that is not a list", path(s("volumes"), each, s("x")), false, "", Whole(ast.MustParseTerm(`{"not": "a list"}`))},
 		{"each of nothing", path(s("initContainers"), each, s("image")), false, `set()`, nil},
 		{"keys that hold", path(s("labels"), keys), false, `["on", "s"]`, nil},
-		{"keys of a value that is not an object", path(s("containers"), ast.InternedTerm(0), s("name"), keys), false, "", wholeValue(s("a"))},
+		{"keys of a value that is not an object", path(s("containers"), ast.InternedTerm(0), s("name"), keys), false, "", Whole(s("a"))},
 		{"leaf on each value", path(s("containers"), each, s("image")), true, `[["leaf", "x"], ["leaf", "y"], set()]`, nil},
 		{"leaf on each element", path(s("containers"), each), true, `[["leaf", {"image": "x", "name": "a", "ports": [{"hostPort": 80}, {"containerPort": 1}], "securityContext": {"privileged": true}}], ["leaf", {"image": "y", "name": "b", "securityContext": {"privileged": false}}], ["leaf", {"name": "c"}]]`, nil},
 		{"when that holds", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{privileged})}, path(s("containers"), each, s("image"))...), false, `["x", "y", set()]`, nil},
 		{"when that does not hold", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{{s("missing")}})}, path(s("containers"), each, s("image"))...), false, "", notReadKey},
-		{"when on another root holds", append([]*ast.Term{analysis.When([]*ast.Term{termParameters, s("x")}, nil)}, path(s("labels"), s("s"))...), false, `"v"`, nil},
+		{"when on another root holds", append([]*ast.Term{analysis.When([]*ast.Term{ast.StringTerm("parameters"), s("x")}, nil)}, path(s("labels"), s("s"))...), false, `"v"`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var leaf func(ast.Value) *ast.Term
@@ -110,9 +93,9 @@ func TestLookupPlans(t *testing.T) {
 					t.Errorf("%s %s: %v, want %s%v", how, analysis.PathString(tc.path), got, tc.want, tc.wantTerm)
 				}
 			}
-			plan := compileInput(tc.path)
+			plan := CompileInput(tc.path)
 			for range 2 {
-				check("plan", plan.lookupThen(review, leaf))
+				check("plan", plan.Then(review, leaf))
 			}
 			check("lookupInputThen", lookupInputThen(review, tc.path, leaf))
 		})
@@ -125,27 +108,27 @@ func TestArrayInterner(t *testing.T) {
 	in := newArrayInterner(3, 1<<20)
 	s := ast.StringTerm
 	buf := []*ast.Term{s("a"), s("b")}
-	first := in.array(buf)
+	first := in.Array(buf)
 	buf[0] = s("z") // the caller reuses its buffer
 	if got := first.String(); got != `["a", "b"]` {
 		t.Fatalf("interned %s, want the elements as they were", got)
 	}
-	if again := in.array([]*ast.Term{s("a"), s("b")}); again != first {
+	if again := in.Array([]*ast.Term{s("a"), s("b")}); again != first {
 		t.Error("equal elements made a second term")
 	}
-	for _, other := range [][]*ast.Term{{s("b"), s("a")}, {s("a")}, {s("a"), s("b"), undefinedTerm}, {}} {
-		if got := in.array(other); got == first || !got.Equal(ast.ArrayTerm(other...)) {
+	for _, other := range [][]*ast.Term{{s("b"), s("a")}, {s("a")}, {s("a"), s("b"), Undefined}, {}} {
+		if got := in.Array(other); got == first || !got.Equal(ast.ArrayTerm(other...)) {
 			t.Errorf("%v: got %v (first: %v)", other, got, got == first)
 		}
 	}
 	// An array past maxInternedSize is not kept: each call makes its own.
 	long := s(strings.Repeat("x", maxInternedSize))
-	if a, b := in.array([]*ast.Term{long}), in.array([]*ast.Term{long}); a == b || !a.Equal(b) {
+	if a, b := in.Array([]*ast.Term{long}), in.Array([]*ast.Term{long}); a == b || !a.Equal(b) {
 		t.Errorf("a large array: kept (%v) or changed", a == b)
 	}
 	// Objects are kept like any value.
 	obj := ast.MustParseTerm(`{"image": "x"}`)
-	if a, b := in.array([]*ast.Term{obj}), in.array([]*ast.Term{ast.MustParseTerm(`{"image": "x"}`)}); a != b {
+	if a, b := in.Array([]*ast.Term{obj}), in.Array([]*ast.Term{ast.MustParseTerm(`{"image": "x"}`)}); a != b {
 		t.Error("equal objects made a second array")
 	}
 	if in.n > in.maxArrays || in.bytes > in.maxBytes {

@@ -1,4 +1,4 @@
-package opa
+package lookup
 
 import (
 	"slices"
@@ -10,18 +10,18 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
-// Reading the values at the analysis's paths (analysis.Result): a memo
-// key is the values at a constraint's input paths, and those paths hold
-// markers (analysis.When, Each, EachWhere, Len, Keys) that say how to read
-// what is below them. A path is compiled once into a plan, its markers
-// parsed, and the plan reads any number of values: the engine keeps a
-// plan for each key path of each constraint, so that a request's lookups
-// parse nothing and allocate only the arrays they return. lookupInput and
-// lookup compile on the fly for the paths read once.
+var (
+	// ReviewKey is the input's review: the root of every path read per
+	// request.
+	ReviewKey = ast.StringTerm("review")
+	// Undefined stands for "nothing at this path" in memo keys: an
+	// empty set, which no JSON value can be.
+	Undefined = ast.SetTerm()
+)
 
-// inputPlan reads a path of the input {review, parameters}: paths other
+// InputPlan reads a path of the input {review, parameters}: paths other
 // than review.* are constant or absent for a constraint.
-type inputPlan struct {
+type InputPlan struct {
 	// cond: the path began with When; condList (below review) is the
 	// list whose element must pass condFilter, condAny when the list is
 	// not the review's (the condition is then taken to hold).
@@ -34,12 +34,12 @@ type inputPlan struct {
 	body      *lookupPlan
 }
 
-// compileInput plans path (an input path, possibly beginning with When).
-func compileInput(path []*ast.Term) *inputPlan {
-	p := &inputPlan{}
+// CompileInput plans path (an input path, possibly beginning with When).
+func CompileInput(path []*ast.Term) *InputPlan {
+	p := &InputPlan{}
 	if list, filter, rest, ok := analysis.Condition(path); ok {
 		p.cond = true
-		if len(list) == 0 || !list[0].Equal(termReview) {
+		if len(list) == 0 || !list[0].Equal(ReviewKey) {
 			p.condAny = true
 		} else {
 			p.condList = compilePlan(list[1:])
@@ -47,7 +47,7 @@ func compileInput(path []*ast.Term) *inputPlan {
 		}
 		path = rest
 	}
-	if len(path) == 0 || !path[0].Equal(termReview) {
+	if len(path) == 0 || !path[0].Equal(ReviewKey) {
 		p.notReview = true
 		return p
 	}
@@ -55,15 +55,15 @@ func compileInput(path []*ast.Term) *inputPlan {
 	return p
 }
 
-// lookupThen is the value at the plan's path in the input whose review is
-// review: notReadKey where its When does not hold, undefinedTerm where
-// nothing is there; leaf as lookupPlan.lookupThen's.
-func (p *inputPlan) lookupThen(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+// Then is the value at the plan's path in the input whose review is
+// review: notReadKey where its When does not hold, Undefined where
+// nothing is there; leaf as lookupPlan.Then's.
+func (p *InputPlan) Then(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if p.cond && !p.condAny && !p.hasMember(review) {
 		return notReadKey
 	}
 	if p.notReview {
-		return undefinedTerm
+		return Undefined
 	}
 	return p.body.lookupThen(review.Value, leaf)
 }
@@ -71,11 +71,11 @@ func (p *inputPlan) lookupThen(review *ast.Term, leaf func(ast.Value) *ast.Term)
 // hasMember reports whether the When list has an element whose values at
 // every filter path hold, or is not a list (whatever that reads, the
 // condition is taken to hold).
-func (p *inputPlan) hasMember(review *ast.Term) bool {
+func (p *InputPlan) hasMember(review *ast.Term) bool {
 	t := p.condList.lookupThen(review.Value, nil)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
-		return t != undefinedTerm
+		return t != Undefined
 	}
 	for i := range arr.Len() {
 		if passes(arr.Elem(i).Value, p.condFilter) {
@@ -85,18 +85,18 @@ func (p *inputPlan) hasMember(review *ast.Term) bool {
 	return false
 }
 
-// lookupInput finds path in the input {review, parameters}.
-func lookupInput(review *ast.Term, path []*ast.Term) *ast.Term {
+// Input finds path in the input {review, parameters}.
+func Input(review *ast.Term, path []*ast.Term) *ast.Term {
 	return lookupInputThen(review, path, nil)
 }
 
-// lookupInputThen is lookupInput with lookupThen's leaf. A path below
+// lookupInputThen is Input with Then's leaf. A path below
 // review without markers is read without a plan.
 func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	if len(path) > 0 && path[0].Equal(termReview) && plain(path[1:]) {
+	if len(path) > 0 && path[0].Equal(ReviewKey) && plain(path[1:]) {
 		return valueAt(review.Value, path[1:], leaf)
 	}
-	return compileInput(path).lookupThen(review, leaf)
+	return CompileInput(path).Then(review, leaf)
 }
 
 // notReadKey is, in a key, the value of a conditional path
@@ -158,11 +158,11 @@ func compileFilter(filter [][]*ast.Term) []*lookupPlan {
 	return out
 }
 
-// lookupThen is the value at the plan's path below v, undefinedTerm where
+// Then is the value at the plan's path below v, Undefined where
 // there is none. A path through Each gives the array of each element's
-// value at the rest (undefinedTerm where an element has none; true for
+// value at the rest (Undefined where an element has none; true for
 // Len; only the elements that pass an EachWhere's guards), or, when the
-// value at the list is not an array, that value whole (wholeValue); a
+// value at the list is not an array, that value whole (Whole); a
 // path ending in Keys the array, in Rego's order, of the keys of an
 // object whose values are defined and not false (any other value whole).
 // leaf, when not nil, gives the key of each value found at the end of the
@@ -170,7 +170,7 @@ func compileFilter(filter [][]*ast.Term) []*lookupPlan {
 // (analysis.Helper, helper.go).
 func (p *lookupPlan) lookupThen(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if v == nil {
-		return undefinedTerm
+		return Undefined
 	}
 	switch p.kind {
 	case planEach:
@@ -185,7 +185,7 @@ func (p *lookupPlan) lookupThen(v ast.Value, leaf func(ast.Value) *ast.Term) *as
 // leaf's key of it.
 func valueAt(v ast.Value, keys []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if v == nil {
-		return undefinedTerm
+		return Undefined
 	}
 	if len(keys) == 0 {
 		if leaf != nil {
@@ -195,7 +195,7 @@ func valueAt(v ast.Value, keys []*ast.Term, leaf func(ast.Value) *ast.Term) *ast
 	}
 	found := findTerm(v, keys)
 	if found == nil {
-		return undefinedTerm
+		return Undefined
 	}
 	if leaf != nil {
 		return leaf(found.Value)
@@ -207,10 +207,10 @@ func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term
 	t := p.list.lookupThen(v, nil)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
-		if t == undefinedTerm {
+		if t == Undefined {
 			return t
 		}
-		return wholeValue(t)
+		return Whole(t)
 	}
 	var small [16]*ast.Term
 	elems := small[:0]
@@ -230,14 +230,14 @@ func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term
 			elems = append(elems, p.rest.lookupThen(el, leaf))
 		}
 	}
-	return keyArrays.array(elems)
+	return KeyArrays.Array(elems)
 }
 
-// keyArrays holds the arrays that reads through Each made: the replicas
+// KeyArrays holds the arrays that reads through Each made: the replicas
 // of a ReplicaSet read the same images, names, flags and security
 // contexts call after call, and each array made anew was a quarter of a
 // replica's garbage.
-var keyArrays = newArrayInterner(8192, 4<<20)
+var KeyArrays = newArrayInterner(8192, 4<<20)
 
 // arrayInterner gives one term for arrays whose elements compare equal as
 // Rego compares values (ast.Compare), which is how the memo compares
@@ -265,7 +265,7 @@ const maxInternedSize = 4 << 10
 
 // array is the term of the array of elems (elems may be the caller's
 // buffer: a new array copies it).
-func (in *arrayInterner) array(elems []*ast.Term) *ast.Term {
+func (in *arrayInterner) Array(elems []*ast.Term) *ast.Term {
 	h := 0
 	for _, e := range elems {
 		h += e.Value.Hash() // an ast.Array's hash: equal arrays hash alike
@@ -317,22 +317,22 @@ func sameElems(arr *ast.Array, elems []*ast.Term) bool {
 // passes reports whether el's values at every filter path hold.
 func passes(el ast.Value, filter []*lookupPlan) bool {
 	for _, f := range filter {
-		if !truthy(f.lookupThen(el, nil)) {
+		if !Truthy(f.lookupThen(el, nil)) {
 			return false
 		}
 	}
 	return true
 }
 
-func truthy(t *ast.Term) bool {
-	return t != undefinedTerm && t.Value.Compare(ast.Boolean(false)) != 0
+func Truthy(t *ast.Term) bool {
+	return t != Undefined && t.Value.Compare(ast.Boolean(false)) != 0
 }
 
-// lookup is the value at path below v (lookupPlan.lookupThen's), without
+// lookup is the value at path below v (lookupPlan.Then's), without
 // a leaf. A path without markers is read without a plan.
-func lookup(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
+func At(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
 
-// lookupThen is lookup with lookupPlan.lookupThen's leaf.
+// Then is lookup with lookupPlan.Then's leaf.
 func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if plain(path) {
 		return valueAt(v, path, leaf)
@@ -381,29 +381,29 @@ func findTerm(v ast.Value, path []*ast.Term) *ast.Term {
 	return t
 }
 
-// wholeValue is, in a key, a value found where a path through
+// Whole is, in a key, a value found where a path through
 // analysis.Each expected an array, or analysis.Keys an object: it is keyed
 // whole, as the call term $whole(value), which no JSON value, element-wise
 // array or key list can be, so that it never equals what another review
 // reads there.
-func wholeValue(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
+func Whole(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
 
 var wholeMarker = ast.VarTerm("$whole")
 
 // lookupKeys is the value of path/Keys, t the value at path: the array,
 // in Rego's order, of the keys of an object whose values are defined and
-// not false, or, for any other value, that value whole (wholeValue).
+// not false, or, for any other value, that value whole (Whole).
 func lookupKeys(t *ast.Term) *ast.Term {
 	obj, ok := t.Value.(ast.Object)
 	if !ok {
-		if t == undefinedTerm {
+		if t == Undefined {
 			return t
 		}
-		return wholeValue(t)
+		return Whole(t)
 	}
 	keys := make([]*ast.Term, 0, obj.Len())
 	obj.Foreach(func(k, v *ast.Term) { // sorted: one order for equal key sets
-		if truthy(v) {
+		if Truthy(v) {
 			keys = append(keys, k)
 		}
 	})
