@@ -13,6 +13,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -85,16 +86,16 @@ type Engine struct {
 	// nodeIndex finds inventory Nodes by name (internal/inventory).
 	nodeIndex inventory.IndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
-	memo *memo.Memo[[]result]
+	memo *memo.Memo[[]verdict.Result]
 	// helpers holds the answers of helpers keyed apart (helper.go).
 	helpers *memo.Memo[bool]
 	names   *memo.Names
-	ph      *placeholders
+	ph      *verdict.Placeholders
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
 	// keyPaths numbers the input paths of memo keys (request.keyCache).
-	keyPaths pathIndex
+	keyPaths verdict.PathIndex
 	// namespaces are the namespaces' labels as matching reads them.
 	namespaces namespaceCache
 	owners     atomic.Uint64
@@ -206,11 +207,11 @@ type boundConstraint struct {
 	keyHelpers []*keyHelper
 	// podMsgs and nodeMsgs are the printed paths of the pod's review and
 	// of the node; nameMsg the candidate's name when it is printed.
-	podMsgs, nodeMsgs []msgSlot
+	podMsgs, nodeMsgs []verdict.MsgSlot
 	// podViewSig names the pod view podMsgs make (request.podView):
 	// constraints that print the same pod paths share one per request.
 	podViewSig string
-	nameMsg    *msgSlot
+	nameMsg    *verdict.MsgSlot
 	// invKinds are the inventory kinds whose generations key its
 	// verdicts, invAny that the whole inventory's generation does
 	// (analysis.Result.InventoryOther; inventorykinds.go).
@@ -243,7 +244,7 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 		}
 		id := -1
 		if h == nil {
-			id = e.keyPaths.id(analysis.PathString(p))
+			id = e.keyPaths.ID(analysis.PathString(p))
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
 		bc.keyPlans = append(bc.keyPlans, lookup.CompileInput(p))
@@ -251,12 +252,12 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 		bc.keyHelpers = append(bc.keyHelpers, h)
 	}
 	for _, m := range bc.analysis.Messages {
-		idx, text := e.ph.of(m.Root, m.Path)
-		slot := msgSlot{path: m.Path, quote: m.Quote, index: idx, text: text, absent: m.Absent}
+		idx, text := e.ph.Of(m.Root, m.Path)
+		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Index: idx, Text: text, Absent: m.Absent}
 		if m.Root == analysis.Node {
 			bc.nodeMsgs = append(bc.nodeMsgs, slot)
 		} else {
-			slot.plan = lookup.CompileInput(m.Path)
+			slot.Plan = lookup.CompileInput(m.Path)
 			bc.podMsgs = append(bc.podMsgs, slot)
 		}
 	}
@@ -270,8 +271,8 @@ func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint
 		}
 	}
 	if bc.analysis.NodeNameMessage {
-		idx, text := e.ph.of(analysis.Input, analysis.NodeNamePath)
-		bc.nameMsg = &msgSlot{path: analysis.NodeNamePath, quote: bc.analysis.NodeNameQuote, index: idx, text: text}
+		idx, text := e.ph.Of(analysis.Input, analysis.NodeNamePath)
+		bc.nameMsg = &verdict.MsgSlot{Path: analysis.NodeNamePath, Quote: bc.analysis.NodeNameQuote, Index: idx, Text: text}
 	}
 	return bc, nil
 }
@@ -293,9 +294,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		userInfo:    ast.NewTerm(userInfo),
-		memo:        memo.New[[]result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
+		memo:        memo.New[[]verdict.Result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
 		helpers:     memo.New[bool](helperMemoOptions),
-		ph:          newPlaceholders(),
+		ph:          verdict.NewPlaceholders(),
 		names:       memo.NewNames(maxNodeClasses),
 		opts:        opts,
 		log:         opts.Logger,

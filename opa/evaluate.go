@@ -16,6 +16,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -38,7 +39,7 @@ func (e *Engine) podInput(ctx context.Context, txn storage.Transaction, pod *Pod
 		nsTerm = ast.NewTerm(nsValue)
 		in.ns = e.namespaces.of(in.namespace, nsValue)
 	}
-	in.review = podReview(pod.value, in.name, in.namespace, e.userInfo, nsTerm)
+	in.review = gatekeeper.PodReview(pod.value, in.name, in.namespace, e.userInfo, nsTerm)
 	return in
 }
 
@@ -93,7 +94,7 @@ func (e *Engine) ReviewInput(ctx context.Context, pod map[string]any, node strin
 	}
 	defer e.store.Abort(ctx, txn)
 	in := e.podInput(ctx, txn, p)
-	v, err := ast.JSON(withNodeName(in.review, node))
+	v, err := ast.JSON(gatekeeper.WithNodeName(in.review, node))
 	if err != nil {
 		return nil, fmt.Errorf("review as JSON: %w", err)
 	}
@@ -246,7 +247,7 @@ func (r *request) judgePod(p *Placement) ([]int, error) {
 	for _, s := range steps {
 		switch {
 		case s.matchErr != nil:
-			r.recordCommon(p, s.bc, s.order, []result{{msg: fmt.Sprintf("match error: %v", s.matchErr), err: true}}, false)
+			r.recordCommon(p, s.bc, s.order, []verdict.Result{{Msg: fmt.Sprintf("match error: %v", s.matchErr), Err: true}}, false)
 		case s.guarded:
 			r.recordGuarded(p, s.bc, s.guard)
 		default:
@@ -418,7 +419,7 @@ func (r *request) candidates(cands []Candidate) error {
 // classes, and costs a class lookup, not a projection or an evaluation.
 // fromRequest reports that the value is the request's own.
 func (r *request) requestNode(name string, obj map[string]any, known ast.Value) (ast.Value, bool, error) {
-	content := r.snap.nodeView().Cut(inventory.WithoutManagedFields(withTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
+	content := r.snap.nodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
 	v, err := ast.InterfaceToValue(content)
 	if err != nil {
 		return nil, false, fmt.Errorf("convert node %s: %w", name, err)
@@ -459,12 +460,12 @@ type request struct {
 	// are in the request's buffers (podBuffers.viewsBySig).
 	plain *podView
 	// bindArena holds the views' bindings (keepBindings).
-	bindArena bindings
+	bindArena verdict.Bindings
 	// scratch holds the per-candidate buffers below (scratch.go); classAux
 	// is the node classes' printed values of the constraint being judged.
 	scratch    *scratch
 	classAux   []any
-	bindBuf    bindings
+	bindBuf    verdict.Bindings
 	slotValues []ast.Value
 	slotNums   []int32 // the slots' numbers in the engine's Names
 	numGen     uint64
@@ -504,7 +505,7 @@ func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) e
 		if err != nil {
 			return err
 		}
-		res = r.e.ph.substitute(res, pod.bind)
+		res = r.e.ph.Substitute(res, pod.bind)
 		d := r.since(start)
 		if f := r.fetchedAt(order); f != nil && f.evaluated && r.explain {
 			d += f.took
@@ -550,7 +551,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 		if e != nil && readsNode {
 			class = classes[i]
 		}
-		res, hit := []result(nil), false
+		res, hit := []verdict.Result(nil), false
 		switch {
 		case e != nil && e == entry:
 			if res, hit = seen.get(class); !hit {
@@ -569,8 +570,8 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			if res, err = r.evalNode(bc, i, pod, subst); err != nil {
 				return err
 			}
-			if e != nil && memorable(res) {
-				r.e.memo.Put(e, class, res, resultBytes(res))
+			if e != nil && verdict.Memorable(res) {
+				r.e.memo.Put(e, class, res, verdict.ResultBytes(res))
 			}
 		}
 		if e != nil && e == entry {
@@ -584,7 +585,7 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 			col.set(i, res, r.printed(bc, i, subst))
 		}
 		if r.explain {
-			p.AddTrace(i, r.trace(bc, r.e.ph.substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
+			p.AddTrace(i, r.trace(bc, r.e.ph.Substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
 		}
 	}
 	if violated {
@@ -604,10 +605,10 @@ func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK
 type classCache struct {
 	n       int
 	classes [16]int
-	res     [16][]result
+	res     [16][]verdict.Result
 }
 
-func (c *classCache) get(class int) ([]result, bool) {
+func (c *classCache) get(class int) ([]verdict.Result, bool) {
 	for k := 0; k < c.n; k++ {
 		if c.classes[k] == class {
 			return c.res[k], true
@@ -616,7 +617,7 @@ func (c *classCache) get(class int) ([]result, bool) {
 	return nil, false
 }
 
-func (c *classCache) put(class int, res []result) {
+func (c *classCache) put(class int, res []verdict.Result) {
 	if _, ok := c.get(class); ok || c.n == len(c.classes) {
 		return
 	}
@@ -641,7 +642,7 @@ func (r *request) printed(bc *boundConstraint, i int, subst bool) *nodePrinted {
 // printed values (its name, the paths bc.nodeMsgs) are placeholders: the
 // node is given to the query in place of the inventory's, under the
 // placeholder name.
-func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool) ([]result, error) {
+func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool) ([]verdict.Result, error) {
 	s := &r.slots[i]
 	if !subst {
 		return r.eval(bc, r.nodeReview(r.reviewOf(pod), i, s.name), true)
@@ -649,13 +650,13 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	node, key := s.value, s.name
 	for _, m := range bc.nodeMsgs {
 		// The same test as project's, so the class key and the evaluation agree.
-		if _, ok := substitutableAt(s.value, m.path, m.quote); ok {
-			node, _ = setPath(node, m.path, ast.StringTerm(m.text))
+		if _, ok := verdict.SubstitutableAt(s.value, m.Path, m.Quote); ok {
+			node, _ = verdict.SetPath(node, m.Path, ast.StringTerm(m.Text))
 		}
 	}
 	if m := bc.nameMsg; m != nil {
-		if _, ok := substitutable(ast.StringTerm(s.name), m.quote); ok {
-			key = m.text
+		if _, ok := verdict.Substitutable(ast.StringTerm(s.name), m.Quote); ok {
+			key = m.Text
 		}
 	}
 	nodes := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm(key), ast.NewTerm(node))))
@@ -793,12 +794,12 @@ const maxCommonHint = 256
 
 // recordCommon records the verdict of a constraint that cannot see the
 // node once, for every known node.
-func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []result, hit bool, d ...time.Duration) {
+func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []verdict.Result, hit bool, d ...time.Duration) {
 	if p.Common == nil && len(res) > 0 {
 		p.Common = p.newCommon(max(len(res), int(r.e.commonHint.Load())))
 	}
 	for _, x := range res {
-		p.Common = append(p.Common, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.msg, Details: x.details, Error: x.err, order: order})
+		p.Common = append(p.Common, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.Msg, Details: x.Details, Error: x.Err, order: order})
 	}
 	if n := int32(min(len(p.Common), maxCommonHint)); n > r.e.commonHint.Load() {
 		r.e.commonHint.Store(n)
@@ -817,11 +818,11 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 	}
 }
 
-func (r *request) trace(bc *boundConstraint, res []result, hit, perPod bool, d time.Duration) ConstraintTrace {
+func (r *request) trace(bc *boundConstraint, res []verdict.Result, hit, perPod bool, d time.Duration) ConstraintTrace {
 	t := ConstraintTrace{Constraint: bc.c.Key, Action: bc.c.Action, Memoised: hit, PerPod: perPod, Duration: d,
 		Evaluated: string(bc.class), Why: bc.analysis.Why, Keyed: r.keptPrinted(bc)}
 	for _, x := range res {
-		t.Violations = append(t.Violations, x.msg)
+		t.Violations = append(t.Violations, x.Msg)
 	}
 	return t
 }
@@ -879,16 +880,16 @@ func (r *request) keyValue(id int, review *ast.Term, plan *lookup.InputPlan) *as
 // nodePrinted are a node's values printed by one constraint, ready to be
 // put into its results: computed once per Node value, with its class.
 type nodePrinted struct {
-	bindings bindings
+	bindings verdict.Bindings
 	// inline holds the first bindings: a constraint prints one or two
 	// values of a node, and the node classes keep one nodePrinted per node
 	// and constraint, so one object each rather than two for the collector.
-	inline [2]binding
+	inline [2]verdict.Binding
 }
 
 // withValue is pr with x printed too; a nil pr is made on the first
 // value (most constraints print none of a node).
-func (pr *nodePrinted) withValue(x binding) *nodePrinted {
+func (pr *nodePrinted) withValue(x verdict.Binding) *nodePrinted {
 	if pr == nil {
 		pr = &nodePrinted{}
 		pr.bindings = pr.inline[:0]
@@ -912,18 +913,18 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 		terms = append(terms, ast.InternedTerm(lookup.Truthy(lookup.At(node, path))))
 	}
 	for _, m := range bc.nodeMsgs {
-		t := lookup.At(node, m.path)
-		if v, ok := substitutableAt(node, m.path, m.quote); ok {
-			t = placeholderKey
-			printed = printed.withValue(newBinding(m.index, v))
+		t := lookup.At(node, m.Path)
+		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote); ok {
+			t = verdict.PlaceholderKey
+			printed = printed.withValue(verdict.NewBinding(m.Index, v))
 		}
 		terms = append(terms, t)
 	}
 	if m := bc.nameMsg; m != nil {
 		t := ast.StringTerm(name)
-		if _, ok := substitutable(t, m.quote); ok {
-			t = placeholderKey
-			printed = printed.withValue(newBinding(m.index, name))
+		if _, ok := verdict.Substitutable(t, m.Quote); ok {
+			t = verdict.PlaceholderKey
+			printed = printed.withValue(verdict.NewBinding(m.Index, name))
 		}
 		terms = append(terms, t)
 	}
@@ -941,7 +942,7 @@ var nothingPrinted = &nodePrinted{}
 
 // evalPod evaluates a template that cannot see the node, once per pod
 // class.
-func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podView) ([]result, bool, error) {
+func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podView) ([]verdict.Result, bool, error) {
 	var e *memoEntry
 	f := r.fetchedAt(order) // only for memoised constraints
 	switch {
@@ -959,7 +960,7 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 		}
 		r.misses++
 	}
-	var res []result
+	var res []verdict.Result
 	var err error
 	if f != nil && f.evaluated {
 		res, err = f.res, f.err
@@ -969,8 +970,8 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 	if err != nil {
 		return nil, false, err
 	}
-	if e != nil && memorable(res) {
-		r.e.memo.Put(e, 0, res, resultBytes(res))
+	if e != nil && verdict.Memorable(res) {
+		r.e.memo.Put(e, 0, res, verdict.ResultBytes(res))
 	}
 	return r.checkPlaceholders(bc, res, pod, false)
 }
@@ -984,8 +985,8 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 // its real values, for itself only: that answer is not memoised (the
 // memo keeps the placeholders' error, so that the pods of the class go
 // straight to their own evaluation).
-func (r *request) checkPlaceholders(bc *boundConstraint, res []result, pod *podView, hit bool) ([]result, bool, error) {
-	if !bc.analysis.PrintedThroughSeveral || !pod.placed || !hasError(res) || !memorable(res) {
+func (r *request) checkPlaceholders(bc *boundConstraint, res []verdict.Result, pod *podView, hit bool) ([]verdict.Result, bool, error) {
+	if !bc.analysis.PrintedThroughSeveral || !pod.placed || !verdict.HasError(res) || !verdict.Memorable(res) {
 		return res, hit, nil
 	}
 	res, err := r.eval(bc, r.podReview, false)

@@ -89,7 +89,7 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast
 			raw := append(slices.Clone(arg), rel...)
 			kh.rawPaths = append(kh.rawPaths, raw)
 			kh.rawPlans = append(kh.rawPlans, lookup.CompileInput(raw))
-			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(raw)))
+			kh.rawIDs = append(kh.rawIDs, e.keyPaths.ID(analysis.PathString(raw)))
 		}
 		for _, t := range arg {
 			if analysis.IsEach(t) {
@@ -99,7 +99,7 @@ func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast
 		if kh.argLast = !analysis.IsEach(arg[len(arg)-1]); kh.argLast {
 			kh.rawPaths = append(kh.rawPaths, arg)
 			kh.rawPlans = append(kh.rawPlans, kh.argPlan)
-			kh.rawIDs = append(kh.rawIDs, e.keyPaths.id(analysis.PathString(arg)))
+			kh.rawIDs = append(kh.rawIDs, e.keyPaths.ID(analysis.PathString(arg)))
 		}
 	}
 	return kh, nil

@@ -3,9 +3,11 @@ package opa
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
-// TestJSONInnerIsEncodingJSON: what jsonInner gives is what encoding/json
+// TestJSONInnerIsEncodingJSON: what verdict.JSONInner gives is what encoding/json
 // writes between the quotes, on the shortcut for plain text and off it.
 func TestJSONInnerIsEncodingJSON(t *testing.T) {
 	for _, s := range []string{
@@ -16,7 +18,7 @@ func TestJSONInnerIsEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := jsonInner(s), string(enc[1:len(enc)-1]); got != want {
+		if got, want := verdict.JSONInner(s), string(enc[1:len(enc)-1]); got != want {
 			t.Errorf("jsonInner(%q) = %q, encoding/json writes %q", s, got, want)
 		}
 	}

@@ -319,7 +319,7 @@ func TestWriteDenyMessagePlainParts(t *testing.T) {
 
 // onePrintedViolation is one violation per node, printing the pod and the
 // node around constant text: the deny message is written from pieces
-// joined for the column (denyPieces).
+// joined for the column (verdict.DenyPieces).
 const onePrintedViolation = `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate

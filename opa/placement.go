@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -80,17 +81,17 @@ type column struct {
 	constraint policy.ConstraintKey
 	action     policy.Action
 	order      int
-	ph         *placeholders
+	ph         *verdict.Placeholders
 	// pod are the pod's printed values, for every cell.
-	pod bindings
+	pod verdict.Bindings
 	// results are the distinct result sets of the column (a few: one per
 	// node class met), cells point into them.
-	results [][]result
+	results [][]verdict.Result
 	cells   []cell
 	// deny holds, for a deny column's results of one message to fill,
-	// that message joined for the column (denyPieces; nil for the
+	// that message joined for the column (verdict.DenyPieces; nil for the
 	// others): made by settle, read by writeDenies for every denied node.
-	deny [][]denyPiece
+	deny [][]verdict.DenyPiece
 }
 
 // cell is a node's verdict from one constraint: which of the column's
@@ -103,7 +104,7 @@ type cell struct {
 }
 
 // res gives node i's results as evaluated (placeholders possibly).
-func (c *column) res(i int) []result {
+func (c *column) res(i int) []verdict.Result {
 	if k := c.cells[i].result; k > 0 {
 		return c.results[k-1]
 	}
@@ -112,7 +113,7 @@ func (c *column) res(i int) []result {
 
 // set records node i's results, sharing the slice with nodes that have
 // the same.
-func (c *column) set(i int, res []result, printed *nodePrinted) {
+func (c *column) set(i int, res []verdict.Result, printed *nodePrinted) {
 	k := 0
 	for j := len(c.results) - 1; j >= 0 && j >= len(c.results)-16; j-- {
 		if len(c.results[j]) == len(res) && &c.results[j][0] == &res[0] {
@@ -128,12 +129,12 @@ func (c *column) set(i int, res []result, printed *nodePrinted) {
 }
 
 // bindingsOf are the values to put into node i's results.
-func (c *column) bindingsOf(i int) bindings {
+func (c *column) bindingsOf(i int) verdict.Bindings {
 	if c.cells == nil {
 		return c.pod // no violation yet: nothing of the node was kept
 	}
 	if pr := c.cells[i].printed; pr != nil && len(pr.bindings) > 0 {
-		return append(append(bindings(nil), c.pod...), pr.bindings...)
+		return append(append(verdict.Bindings(nil), c.pod...), pr.bindings...)
 	}
 	return c.pod
 }
@@ -143,25 +144,25 @@ func (c *column) violations(i int, f func(*Violation)) {
 	if len(res) == 1 {
 		// One result: filled straight from the pod's and the node's values.
 		x := &res[0]
-		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.msg, Details: x.details, Error: x.err, order: c.order}
-		var node bindings
+		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.Msg, Details: x.Details, Error: x.Err, order: c.order}
+		var node verdict.Bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
 		}
-		if x.msgText != nil {
-			v.Message = c.ph.fill(x.msgText, c.pod, node, false)
+		if x.MsgText != nil {
+			v.Message = c.ph.Fill(x.MsgText, c.pod, node, false)
 		}
-		if x.detailsText != nil {
-			v.Details = []byte(c.ph.fill(x.detailsText, c.pod, node, true))
+		if x.DetailsText != nil {
+			v.Details = []byte(c.ph.Fill(x.DetailsText, c.pod, node, true))
 		}
 		f(&v)
 		return
 	}
-	if anyHoles(res) {
-		res = c.ph.substitute(res, c.bindingsOf(i))
+	if verdict.AnyHoles(res) {
+		res = c.ph.Substitute(res, c.bindingsOf(i))
 	}
 	for _, x := range res {
-		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.msg, Details: x.details, Error: x.err, order: c.order}
+		v := Violation{Constraint: c.constraint, Action: c.action, Message: x.Msg, Details: x.Details, Error: x.Err, order: c.order}
 		f(&v)
 	}
 }
@@ -176,13 +177,13 @@ func (p *Placement) settle() {
 			continue
 		}
 		for k, res := range col.results {
-			if len(res) != 1 || res[0].msgText == nil {
+			if len(res) != 1 || res[0].MsgText == nil {
 				continue
 			}
 			if col.deny == nil {
-				col.deny = make([][]denyPiece, len(col.results))
+				col.deny = make([][]verdict.DenyPiece, len(col.results))
 			}
-			col.deny[k] = denyPieces(col.constraint.Name, res[0].msgText, col.pod)
+			col.deny[k] = verdict.DenyPieces(col.constraint.Name, res[0].MsgText, col.pod)
 		}
 	}
 	p.commonDeny, p.commonWarn = false, 0
@@ -344,12 +345,12 @@ func NewPlacement(nodes []NodeVerdict, violations [][]Violation, matchedWarn int
 				col.cells[i].result = uint32(len(col.results))
 			}
 			ri := col.cells[i].result - 1
-			col.results[ri] = append(col.results[ri], result{msg: v.Message, details: v.Details, err: v.Error})
+			col.results[ri] = append(col.results[ri], verdict.Result{Msg: v.Message, Details: v.Details, Err: v.Error})
 		}
 	}
 	for c := range p.columns {
 		for _, res := range p.columns[c].results {
-			sortResults(res)
+			verdict.SortResults(res)
 		}
 	}
 	return p
@@ -385,28 +386,11 @@ func (n *lengthWriter) WriteString(s string) (int, error) {
 	return len(s), nil
 }
 
-// MessageWriter receives a message piece by piece; strings.Builder is
-// one. A front end that escapes what it writes (a JSON answer) passes its
-// own, so that no message is built as a string first.
-type MessageWriter interface {
-	WriteString(s string) (int, error)
-}
-
-// PlainWriter is a MessageWriter that also takes text known to be plain:
-// printable ASCII without quote or backslash, which a JSON string holds as
-// it is. WriteDenyMessage gives it the constant parts of messages found
-// plain once when they were evaluated, so that an answer escaping each
-// node's message into JSON looks only at what may need it.
-type PlainWriter interface {
-	MessageWriter
-	WritePlain(s string)
-}
-
 // WriteDenyMessage writes DenyMessage(i) to w, in pieces: the walk of
 // EachViolationOf, with filled messages written straight from their
 // literal parts and printed values (a denied node's message is written on
 // every filter call).
-func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
+func (p *Placement) WriteDenyMessage(w verdict.MessageWriter, i int) {
 	if p.Nodes[i].Unknown {
 		return
 	}
@@ -430,13 +414,13 @@ func (p *Placement) WriteDenyMessage(w MessageWriter, i int) {
 
 // denyWriter writes the parts of one deny message, "; " between them.
 type denyWriter struct {
-	w       MessageWriter
-	pw      PlainWriter // w, when it is one
+	w       verdict.MessageWriter
+	pw      verdict.PlainWriter // w, when it is one
 	started bool
 }
 
-func newDenyWriter(w MessageWriter) denyWriter {
-	pw, _ := w.(PlainWriter)
+func newDenyWriter(w verdict.MessageWriter) denyWriter {
+	pw, _ := w.(verdict.PlainWriter)
 	return denyWriter{w: w, pw: pw}
 }
 
@@ -444,12 +428,12 @@ func newDenyWriter(w MessageWriter) denyWriter {
 // "[<constraint name>] ".
 func (d *denyWriter) prefix(constraint string) {
 	if d.started {
-		writeText(d.w, d.pw, "; ", true)
+		verdict.WriteText(d.w, d.pw, "; ", true)
 	}
 	d.started = true
-	writeText(d.w, d.pw, "[", true)
+	verdict.WriteText(d.w, d.pw, "[", true)
 	_, _ = d.w.WriteString(constraint)
-	writeText(d.w, d.pw, "] ", true)
+	verdict.WriteText(d.w, d.pw, "] ", true)
 }
 
 // violation writes "[<constraint name>] <msg>".
@@ -463,29 +447,29 @@ func (d *denyWriter) violation(x *Violation) {
 // the violation (its details are not needed).
 func (c *column) writeDenies(d *denyWriter, i int) {
 	res := c.res(i)
-	if !anyHoles(res) {
+	if !verdict.AnyHoles(res) {
 		// Messages as evaluated: nothing to fill, nothing to merge.
 		for k := range res {
 			d.prefix(c.constraint.Name)
-			writeText(d.w, d.pw, res[k].msg, res[k].msgPlain)
+			verdict.WriteText(d.w, d.pw, res[k].Msg, res[k].MsgPlain)
 		}
 		return
 	}
-	if len(res) == 1 && res[0].msgText != nil {
-		var node bindings
+	if len(res) == 1 && res[0].MsgText != nil {
+		var node verdict.Bindings
 		if pr := c.cells[i].printed; pr != nil {
 			node = pr.bindings
 		}
 		if k := int(c.cells[i].result); k <= len(c.deny) && c.deny[k-1] != nil {
 			if d.started {
-				writeText(d.w, d.pw, "; ", true)
+				verdict.WriteText(d.w, d.pw, "; ", true)
 			}
 			d.started = true
-			c.ph.writeDenyPieces(d.w, d.pw, c.deny[k-1], node)
+			c.ph.WriteDenyPieces(d.w, d.pw, c.deny[k-1], node)
 			return
 		}
 		d.prefix(c.constraint.Name)
-		c.ph.fillTo(d.w, res[0].msgText, c.pod, node, false)
+		c.ph.FillTo(d.w, res[0].MsgText, c.pod, node, false)
 		return
 	}
 	c.violations(i, d.violation)

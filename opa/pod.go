@@ -6,6 +6,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/jsonvalue"
 )
 
@@ -94,7 +95,7 @@ func NewPod(content map[string]any) (*Pod, error) {
 	if content == nil {
 		return nil, errors.New("pod is required")
 	}
-	v, err := ast.InterfaceToValue(withTypeMeta(content, podGVK))
+	v, err := ast.InterfaceToValue(gatekeeper.WithTypeMeta(content, podGVK))
 	if err != nil {
 		return nil, fmt.Errorf("convert pod: %w", err)
 	}

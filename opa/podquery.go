@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -33,7 +34,7 @@ type PodQuery struct {
 	signable    bool
 	// binds are the pod's printed values per node-reading constraint (by
 	// place in the policy set), for Rebind.
-	binds map[int]bindings
+	binds map[int]verdict.Bindings
 }
 
 // Prepare matches the pod against every constraint and judges it on the
@@ -68,7 +69,7 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	}
 	q.signature, q.signable = r.signature(nodeReading, p)
 	if q.signable {
-		q.binds = make(map[int]bindings, len(nodeReading))
+		q.binds = make(map[int]verdict.Bindings, len(nodeReading))
 		for _, order := range nodeReading {
 			q.binds[order] = r.podView(snap.constraints[order], true).bind
 		}

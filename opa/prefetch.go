@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -31,7 +32,7 @@ type prefetched struct {
 	entry     *memoEntry
 	hit       bool
 	evaluated bool
-	res       []result
+	res       []verdict.Result
 	err       error
 	took      time.Duration
 }

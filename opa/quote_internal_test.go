@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
@@ -49,8 +50,8 @@ func trickyStrings() []string {
 // whole of the condition, not merely a sufficient one. With %v and %s,
 // any string is substituted and identical.
 func TestQuotedPlaceholderIsRegoSprintf(t *testing.T) {
-	ph := newPlaceholders()
-	placeholder := ph.text(7)
+	ph := verdict.NewPlaceholders()
+	placeholder := ph.Text(7)
 	for _, format := range []string{"node %q is full", "%v/%s"} {
 		quote := strings.Contains(format, "%q")
 		args := "[input.s]"
@@ -61,15 +62,15 @@ func TestQuotedPlaceholderIsRegoSprintf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		withPlaceholder := ph.cut(regoSprintf(t, q, placeholder))
+		withPlaceholder := ph.Cut(regoSprintf(t, q, placeholder))
 		enc, _ := json.Marshal(regoSprintf(t, q, placeholder))
-		withPlaceholderJSON := ph.cut(string(enc))
+		withPlaceholderJSON := ph.Cut(string(enc))
 		substituted, kept := 0, 0
 		for _, s := range trickyStrings() {
 			want := regoSprintf(t, q, s)
-			b := bindings{newBinding(7, s)}
-			got := ph.fill(withPlaceholder, b, nil, false)
-			_, ok := substitutable(ast.StringTerm(s), quote)
+			b := verdict.Bindings{verdict.NewBinding(7, s)}
+			got := ph.Fill(withPlaceholder, b, nil, false)
+			_, ok := verdict.Substitutable(ast.StringTerm(s), quote)
 			if ok != (got == want) {
 				t.Errorf("%s of %q: substitutable %v, but filled %q and Rego printed %q", format, s, ok, got, want)
 			}
@@ -79,7 +80,7 @@ func TestQuotedPlaceholderIsRegoSprintf(t *testing.T) {
 			}
 			substituted++
 			wantJSON, _ := json.Marshal(want)
-			if gotJSON := ph.fill(withPlaceholderJSON, b, nil, true); gotJSON != string(wantJSON) {
+			if gotJSON := ph.Fill(withPlaceholderJSON, b, nil, true); gotJSON != string(wantJSON) {
 				t.Errorf("%s of %q in JSON: filled %s, encoding/json writes %s", format, s, gotJSON, wantJSON)
 			}
 		}

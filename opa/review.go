@@ -7,6 +7,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -14,7 +15,7 @@ import (
 // admissionReview is the AdmissionRequest's JSON fields a template sees
 // for req, plus namespaceObject.
 func admissionReview(req ReviewRequest, gvk schema.GroupVersionKind, obj map[string]any) map[string]any {
-	name, _, _ := objectMeta(obj)
+	name, _, _ := gatekeeper.ObjectMeta(obj)
 	if req.Name != "" {
 		name = req.Name
 	}
@@ -49,7 +50,7 @@ func admissionReview(req ReviewRequest, gvk schema.GroupVersionKind, obj map[str
 func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace string) []*gatekeeper.Matchable {
 	var nsInfo *gatekeeper.NamespaceInfo
 	if len(req.NamespaceObject) > 0 {
-		nsName, _, nsLabels := objectMeta(req.NamespaceObject)
+		nsName, _, nsLabels := gatekeeper.ObjectMeta(req.NamespaceObject)
 		nsInfo = &gatekeeper.NamespaceInfo{Name: nsName, Labels: nsLabels}
 	}
 	var targets []*gatekeeper.Matchable
@@ -57,7 +58,7 @@ func reviewTargets(req ReviewRequest, gvk schema.GroupVersionKind, namespace str
 		if o == nil {
 			continue
 		}
-		n, ns, labels := objectMeta(o)
+		n, ns, labels := gatekeeper.ObjectMeta(o)
 		if ns == "" {
 			ns = namespace
 		}
@@ -99,7 +100,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	if err != nil {
 		return nil, fmt.Errorf("convert review: %w", err)
 	}
-	_, namespace, _ := objectMeta(obj)
+	_, namespace, _ := gatekeeper.ObjectMeta(obj)
 	targets := reviewTargets(req, gvk, namespace)
 
 	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
@@ -108,10 +109,10 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	var out []Violation
 	for order, bc := range snap.constraints {
 		matched, matchErr := matchAny(bc.c.Match, targets)
-		var res []result
+		var res []verdict.Result
 		switch {
 		case matchErr != nil:
-			res = []result{{msg: fmt.Sprintf("match error: %v", matchErr), err: true}}
+			res = []verdict.Result{{Msg: fmt.Sprintf("match error: %v", matchErr), Err: true}}
 		case !matched:
 			continue
 		default:
@@ -120,13 +121,13 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 			memoOK := r.memoOK(bc) && bc.analysis.PerPod()
 			pod := r.podView(bc, memoOK)
 			res, _, err = r.evalPod(bc, order, memoOK, pod)
-			res = r.e.ph.substitute(res, pod.bind)
+			res = r.e.ph.Substitute(res, pod.bind)
 			if err != nil {
 				return nil, err
 			}
 		}
 		for _, x := range res {
-			out = append(out, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.msg, Details: x.details, Error: x.err})
+			out = append(out, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.Msg, Details: x.Details, Error: x.Err})
 		}
 	}
 	return out, nil

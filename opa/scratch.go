@@ -3,6 +3,7 @@ package opa
 import (
 	"sync"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -80,7 +81,7 @@ type podBuffers struct {
 	usedViews  int
 	// bindScratch collects a view's bindings before they are kept
 	// (request.keepBindings).
-	bindScratch bindings
+	bindScratch verdict.Bindings
 }
 
 // newView is a cleared podView of b's.

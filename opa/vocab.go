@@ -1,6 +1,9 @@
 package opa
 
-import "github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
+import (
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
+)
 
 // The engine's vocabulary, defined in package policy, under the names its
 // callers have always used.
@@ -31,4 +34,12 @@ type (
 	ObjectRef = policy.ObjectRef
 	// ApplyError reports one change that was refused.
 	ApplyError = policy.ApplyError
+)
+
+// The writers deny messages are written to (Placement.WriteDenyMessage).
+type (
+	// MessageWriter receives a deny message a piece at a time.
+	MessageWriter = verdict.MessageWriter
+	// PlainWriter is a MessageWriter told which pieces are plain text.
+	PlainWriter = verdict.PlainWriter
 )

@@ -1,0 +1,535 @@
+package verdict
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// result is one element of a violation set.
+type Result struct {
+	Msg     string
+	Details json.RawMessage
+	Err     bool
+	// MsgText and DetailsText are msg and details cut at their
+	// placeholders , nil when they hold none.
+	MsgText, DetailsText *text
+	// MsgPlain: msg is plain text (IsPlain; for MsgText, see its lits).
+	MsgPlain bool
+	// transient: the request's deadline stopped the evaluation; such a
+	// verdict is never remembered.
+	Transient bool
+}
+
+func ResultBytes(res []Result) int {
+	n := 24
+	for _, x := range res {
+		n += 64 + len(x.Msg) + len(x.Details)
+	}
+	return n
+}
+
+func AnyHoles(res []Result) bool {
+	for i := range res {
+		if res[i].MsgText != nil || res[i].DetailsText != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxEachPlaceholders bounds the elements of one list that get their own
+// placeholder: past it, the list's printed values stay in the key (and
+// the engine's registry of placeholders stays small).
+const MaxEachPlaceholders = 64
+
+func HasError(res []Result) bool {
+	for _, x := range res {
+		if x.Err {
+			return true
+		}
+	}
+	return false
+}
+
+// memorable reports whether res may be remembered: evaluation errors of a
+// deterministic template are verdicts like any other (Gatekeeper fails
+// closed on them every time), a deadline is not.
+func Memorable(res []Result) bool {
+	for _, x := range res {
+		if x.Transient {
+			return false
+		}
+	}
+	return true
+}
+
+// Results reads a violation set the way Gatekeeper's hook does: elements
+// without msg are dropped, a non-string msg is an error, details default to
+// {}, duplicates collapse. holes marks results that hold placeholder text.
+func Results(items []any, ph *Placeholders) []Result {
+	var out []Result
+	seen := map[string]bool{}
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			continue
+		}
+		raw, has := m["msg"]
+		if !has {
+			continue
+		}
+		msg, ok := raw.(string)
+		if !ok {
+			out = append(out, Result{Msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), Err: true})
+			continue
+		}
+		details, has := m["details"]
+		if !has {
+			details = map[string]any{}
+		}
+		b, err := json.Marshal(details)
+		if err != nil {
+			out = append(out, Result{Msg: fmt.Sprintf("invalid violation details: %v", err), Err: true})
+			continue
+		}
+		k := msg + "\x00" + string(b)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg)})
+	}
+	SortResults(out)
+	return out
+}
+
+func SortResults(out []Result) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Msg != out[j].Msg {
+			return out[i].Msg < out[j].Msg
+		}
+		return string(out[i].Details) < string(out[j].Details)
+	})
+}
+
+// PathIndex numbers paths by their rendering, for the engine's life: the
+// same path, the same number. It only grows: a path is a few bytes, and
+// templates reuse the same paths.
+type PathIndex struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (x *PathIndex) ID(key string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ids == nil {
+		x.ids = map[string]int{}
+	}
+	id, ok := x.ids[key]
+	if !ok {
+		id = len(x.ids)
+		x.ids[key] = id
+	}
+	return id
+}
+
+// placeholders is the engine's registry of printed paths.
+type Placeholders struct {
+	Prefix string
+	paths  PathIndex
+	// byElement are the paths of element i of the list a path through
+	// analysis.Each names (its own index), found without rendering them.
+	mu        sync.Mutex
+	byElement map[[2]int]elementSlot
+}
+
+type elementSlot struct {
+	index int
+	text  string
+}
+
+func NewPlaceholders() *Placeholders {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Placeholders{Prefix: "opaph" + hex.EncodeToString(b[:]) + "_", byElement: map[[2]int]elementSlot{}}
+}
+
+// ofElement is of for element i of the list the printed path each names
+// (concrete builds that element's path, on first need only).
+func (ph *Placeholders) OfElement(each, i int, concrete func() []*ast.Term) (int, string) {
+	ph.mu.Lock()
+	e, ok := ph.byElement[[2]int{each, i}]
+	ph.mu.Unlock()
+	if ok {
+		return e.index, e.text
+	}
+	idx, text := ph.Of(analysis.Input, concrete())
+	ph.mu.Lock()
+	ph.byElement[[2]int{each, i}] = elementSlot{idx, text}
+	ph.mu.Unlock()
+	return idx, text
+}
+
+// of gives the placeholder index and text of a path (root-qualified).
+func (ph *Placeholders) Of(root analysis.Root, path []*ast.Term) (int, string) {
+	i := ph.paths.ID(strconv.Itoa(int(root)) + analysis.PathString(path))
+	return i, ph.Text(i)
+}
+
+func (ph *Placeholders) Text(i int) string { return ph.Prefix + strconv.Itoa(i) + "_" }
+
+// MsgSlot is one printed path of a bound constraint.
+type MsgSlot struct {
+	Path  []*ast.Term // below the input (review...) or the node
+	Quote bool
+	Index int
+	Text  string
+	// plan reads path in the pod's review (nil for the node's paths).
+	Plan *lookup.InputPlan
+	// absent are the objects (paths below input) the template looks up by
+	// keys built from the value (analysis.MessagePath.Absent).
+	Absent [][]*ast.Term
+}
+
+// substitutable reports whether a real value can stand where the
+// placeholder was: a string, and one that %q prints as "value" when a
+// flow quotes it.
+func Substitutable(t *ast.Term, quote bool) (string, bool) {
+	if t == nil {
+		return "", false
+	}
+	s, ok := t.Value.(ast.String)
+	if !ok {
+		return "", false
+	}
+	if quote && strconv.Quote(string(s)) != `"`+string(s)+`"` {
+		return "", false
+	}
+	return string(s), true
+}
+
+// SubstitutableAt is substitutable for the value at path in v, and also
+// requires the path to lead to it through objects and array indexes, where
+// SetPath can put the placeholder.
+func SubstitutableAt(v ast.Value, path []*ast.Term, quote bool) (string, bool) {
+	for i := range path {
+		t := Child(v, path[i])
+		if t == nil {
+			return "", false
+		}
+		v = t.Value
+	}
+	return Substitutable(ast.NewTerm(v), quote)
+}
+
+// child is v[key] for an object, or an array and an integer index (the
+// elements of a path through analysis.Each); nil otherwise.
+func Child(v ast.Value, key *ast.Term) *ast.Term {
+	switch x := v.(type) {
+	case ast.Object:
+		return x.Get(key)
+	case *ast.Array:
+		if i, ok := arrayIndex(x, key); ok {
+			return x.Elem(i)
+		}
+	}
+	return nil
+}
+
+func arrayIndex(arr *ast.Array, key *ast.Term) (int, bool) {
+	n, ok := key.Value.(ast.Number)
+	if !ok {
+		return 0, false
+	}
+	i, ok := n.Int()
+	return i, ok && i >= 0 && i < arr.Len()
+}
+
+// PlaceholderKey stands in a memo key for "a substitutable value was
+// here": a set, which no JSON value can be.
+var PlaceholderKey = ast.SetTerm(ast.StringTerm("placeholder"))
+
+// binding is one placeholder and the real value it stands for, also as
+// it is written inside a JSON string (for details).
+type Binding struct {
+	index int
+	value string
+	json  string
+	plain bool // value is plain text (isPlain)
+}
+
+func NewBinding(index int, value string) Binding {
+	return Binding{index: index, value: value, json: JSONInner(value), plain: isPlain(value)}
+}
+
+// IsPlain reports whether s is printable ASCII without quote or backslash:
+// text that a JSON string holds as it is (PlainWriter).
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// JSONInner is value as encoding/json writes it between the quotes (HTML
+// characters escaped, as json.Marshal does for details).
+func JSONInner(value string) string {
+	if isPlain(value) && !strings.ContainsAny(value, "<>&") {
+		return value // what encoding/json writes inside the quotes: no copy to keep
+	}
+	enc, _ := json.Marshal(value)
+	return string(enc[1 : len(enc)-1])
+}
+
+// bindings are the substitutions of one answer.
+type Bindings []Binding
+
+func (b Bindings) lookup(i int) (*Binding, bool) {
+	for k := range b {
+		if b[k].index == i {
+			return &b[k], true
+		}
+	}
+	return nil, false
+}
+
+// text is a message or details evaluated with placeholders, cut at them:
+// lits[0] hole[0] lits[1] ... lits[n]. Cut once when the result is made,
+// filled once per answer.
+type text struct {
+	lits  []string
+	holes []int
+	// plain[k]: lits[k] is plain text (IsPlain), found once here rather
+	// than on every answer that writes it.
+	plain []bool
+}
+
+// cut splits s at the placeholders of ph; nil when it holds none.
+func (ph *Placeholders) Cut(s string) *text {
+	if !strings.Contains(s, ph.Prefix) {
+		return nil
+	}
+	t := &text{}
+	for {
+		i := strings.Index(s, ph.Prefix)
+		if i < 0 {
+			break
+		}
+		rest := s[i+len(ph.Prefix):]
+		j := strings.IndexByte(rest, '_')
+		idx, err := strconv.Atoi(rest[:max(j, 0)])
+		if j < 0 || err != nil {
+			// Not one of ours after all: keep it as text.
+			t.lits = append(t.lits, s[:i+len(ph.Prefix)])
+			t.holes = append(t.holes, -1)
+			s = rest
+			continue
+		}
+		t.lits = append(t.lits, s[:i])
+		t.holes = append(t.holes, idx)
+		s = rest[j+1:]
+	}
+	t.lits = append(t.lits, s)
+	t.plain = make([]bool, len(t.lits))
+	for k, l := range t.lits {
+		t.plain[k] = isPlain(l)
+	}
+	return t
+}
+
+// fill writes the text with the values bound in b or b2 (JSON-escaped
+// with inJSON); a placeholder neither binds stays as it was.
+func (ph *Placeholders) Fill(t *text, b, b2 Bindings, inJSON bool) string {
+	var sb strings.Builder
+	n := 0
+	for _, l := range t.lits {
+		n += len(l)
+	}
+	sb.Grow(n + 32*len(t.holes))
+	ph.FillTo(&sb, t, b, b2, inJSON)
+	return sb.String()
+}
+
+// FillTo is fill writing into sb (which the caller sizes, if it can).
+func (ph *Placeholders) FillTo(sb MessageWriter, t *text, b, b2 Bindings, inJSON bool) {
+	pw, _ := sb.(PlainWriter)
+	for k, l := range t.lits {
+		WriteText(sb, pw, l, t.plain[k])
+		if k == len(t.holes) {
+			break
+		}
+		if t.holes[k] < 0 {
+			continue
+		}
+		x, ok := b.lookup(t.holes[k])
+		if !ok {
+			x, ok = b2.lookup(t.holes[k])
+		}
+		switch {
+		case !ok:
+			_, _ = sb.WriteString(ph.Text(t.holes[k]))
+		case inJSON:
+			_, _ = sb.WriteString(x.json)
+		default:
+			WriteText(sb, pw, x.value, x.plain)
+		}
+	}
+}
+
+// WriteText writes s, as plain text when it is and w takes it so.
+func WriteText(w MessageWriter, pw PlainWriter, s string, plain bool) {
+	if plain && pw != nil {
+		pw.WritePlain(s)
+		return
+	}
+	_, _ = w.WriteString(s)
+}
+
+// substitute puts real values into results evaluated with placeholders.
+// Results without placeholders are returned as they are; results that
+// become equal are merged again, as the violation set would have.
+func (ph *Placeholders) Substitute(res []Result, b Bindings) []Result {
+	if len(b) == 0 || !AnyHoles(res) {
+		return res
+	}
+	out := make([]Result, len(res))
+	for i, x := range res {
+		if x.MsgText != nil {
+			x.Msg = ph.Fill(x.MsgText, b, nil, false)
+			x.MsgPlain = isPlain(x.Msg)
+			x.MsgText = nil
+		}
+		if x.DetailsText != nil {
+			x.Details = []byte(ph.Fill(x.DetailsText, b, nil, true))
+			x.DetailsText = nil
+		}
+		out[i] = x
+	}
+	if len(out) > 1 {
+		SortResults(out)
+		out = slices.CompactFunc(out, func(a, b Result) bool {
+			return a.Msg == b.Msg && string(a.Details) == string(b.Details) && a.Err == b.Err
+		})
+	}
+	return out
+}
+
+// SetPath returns v with the value at path replaced by t, sharing every
+// value it does not change. ok is false when the path does not lead
+// through objects to an existing value.
+func SetPath(v ast.Value, path []*ast.Term, t *ast.Term) (ast.Value, bool) {
+	if len(path) == 0 {
+		return t.Value, true
+	}
+	c := Child(v, path[0])
+	if c == nil {
+		return nil, false
+	}
+	nv, ok := SetPath(c.Value, path[1:], t)
+	if !ok {
+		return nil, false
+	}
+	if arr, isArray := v.(*ast.Array); isArray {
+		i, _ := arrayIndex(arr, path[0])
+		elems := make([]*ast.Term, arr.Len())
+		for k := range elems {
+			elems[k] = arr.Elem(k)
+		}
+		elems[i] = ast.NewTerm(nv)
+		return ast.NewArray(elems...), true
+	}
+	return gatekeeper.ReplaceKey(v.(ast.Object), path[0], ast.NewTerm(nv)), true
+}
+
+// denyPiece is a part of a column's deny message for one of its results
+// ("[<constraint>] " and the message), joined for the whole column: the
+// literal parts and the pod's printed values, which are the same on every
+// node, as one text; then, when hole >= 0, the node's printed value there.
+// Written per denied node, a message of ten parts is two or three pieces.
+type DenyPiece struct {
+	text  string
+	plain bool
+	hole  int // -1: none
+}
+
+// DenyPieces joins "[<constraint>] " and t filled with the pod's values
+// pod into pieces, leaving the holes pod does not fill to each node.
+func DenyPieces(constraint string, t *text, pod Bindings) []DenyPiece {
+	var out []DenyPiece
+	var cur strings.Builder
+	plain := true
+	add := func(s string, p bool) {
+		cur.WriteString(s)
+		plain = plain && p
+	}
+	add("[", true)
+	add(constraint, isPlain(constraint))
+	add("] ", true)
+	for k, l := range t.lits {
+		add(l, t.plain[k])
+		if k == len(t.holes) {
+			break
+		}
+		h := t.holes[k]
+		if h < 0 {
+			continue
+		}
+		if x, ok := pod.lookup(h); ok {
+			add(x.value, x.plain)
+			continue
+		}
+		out = append(out, DenyPiece{text: cur.String(), plain: plain, hole: h})
+		cur.Reset()
+		plain = true
+	}
+	return append(out, DenyPiece{text: cur.String(), plain: plain, hole: -1})
+}
+
+// WriteDenyPieces writes pieces with node's printed values in their holes
+// (a value node lacks is written as its placeholder, as FillTo does).
+func (ph *Placeholders) WriteDenyPieces(w MessageWriter, pw PlainWriter, pieces []DenyPiece, node Bindings) {
+	for i := range pieces {
+		pc := &pieces[i]
+		WriteText(w, pw, pc.text, pc.plain)
+		if pc.hole < 0 {
+			continue
+		}
+		if x, ok := node.lookup(pc.hole); ok {
+			WriteText(w, pw, x.value, x.plain)
+		} else {
+			_, _ = w.WriteString(ph.Text(pc.hole))
+		}
+	}
+}
+
+// MessageWriter receives a message piece by piece; strings.Builder is
+// one. A front end that escapes what it writes (a JSON answer) passes its
+// own, so that no message is built as a string first.
+type MessageWriter interface {
+	WriteString(s string) (int, error)
+}
+
+// PlainWriter is a MessageWriter that also takes text known to be plain:
+// printable ASCII without quote or backslash, which a JSON string holds as
+// it is. WriteDenyMessage gives it the constant parts of messages found
+// plain once when they were evaluated, so that an answer escaping each
+// node's message into JSON looks only at what may need it.
+type PlainWriter interface {
+	MessageWriter
+	WritePlain(s string)
+}
