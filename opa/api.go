@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // Violation is one element of a template's violation set, or an evaluation

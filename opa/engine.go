@@ -6,14 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -23,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
+
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
@@ -82,7 +80,7 @@ type Engine struct {
 	rego *rego.Driver
 
 	// snap is what requests read: swapped whole, never mutated.
-	snap atomic.Pointer[snapshot]
+	snap atomic.Pointer[policyset.Snapshot]
 	// nodeIndex finds inventory Nodes by name (internal/inventory).
 	nodeIndex inventory.IndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
@@ -90,30 +88,28 @@ type Engine struct {
 	// helpers holds the answers of helpers keyed apart (helper.go).
 	helpers *memo.Memo[bool]
 	names   *memo.Names
-	ph      *verdict.Placeholders
+	// ph is reg's placeholders, at hand for requests.
+	ph *verdict.Placeholders
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
-	// keyPaths numbers the input paths of memo keys (request.keyCache).
-	keyPaths verdict.PathIndex
 	// namespaces are the namespaces' labels as matching reads them.
 	namespaces namespaceCache
-	owners     atomic.Uint64
+	// reg numbers what every policy set shares (policyset.go).
+	reg *policyset.Registry
 
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex
 	templates   map[string]*templateState // by template name
 	constraints map[policy.ConstraintKey]*constraintState
 	invCounts   map[string]int
-	// helperOwners are the helper memo's owners by helper identity.
-	helperOwners map[string]uint64
-	generation   uint64
+	generation  uint64
 	// inv writes data.inventory and keeps the whole Nodes while the store
 	// holds them cut.
 	inv *inventory.Inventory
 	// pending is the snapshot a commit is about to install, picked up by
 	// the SDK manager's compiler trigger.
-	pending *snapshot
+	pending *policyset.Snapshot
 
 	stats struct {
 		evaluations, memoHits, memoMisses, evalErrors atomic.Uint64
@@ -143,140 +139,6 @@ type constraintState struct {
 	bindErr error // the version in force does not fit its template's schema
 }
 
-// snapshot is one consistent policy set.
-type snapshot struct {
-	generation  uint64
-	compiler    *ast.Compiler
-	templates   map[string]*compiledTemplate // by kind
-	constraints []*boundConstraint           // sorted by key
-	// view is what its constraints read of a candidate Node (nodeView).
-	viewOnce sync.Once
-	view     inventory.View
-}
-
-// nodeView is what the policy set's constraints read of a candidate Node:
-// a request's own Nodes are cut to it.
-func (s *snapshot) nodeView() inventory.View {
-	s.viewOnce.Do(func() { s.view = viewOf(s.constraints) })
-	return s.view
-}
-
-// compiledTemplate is a template in force and its code's Program, with
-// what the fast path asks of it on every request kept at hand.
-type compiledTemplate struct {
-	t    *gatekeeper.Template
-	prog drivers.Program
-	// analysis is the template's, without any constraint's parameters.
-	analysis *analysis.Result
-	// guards are the conditions each violation rule begins with (nil:
-	// some rule has none): a pod failing one of every rule's is not
-	// evaluated (see request.guardFails).
-	guards [][]analysis.Guard
-	// invReads are the inventory kinds its code can reach.
-	invReads inventory.Reads
-}
-
-func newCompiledTemplate(t *gatekeeper.Template, prog drivers.Program) *compiledTemplate {
-	return &compiledTemplate{t: t, prog: prog, analysis: prog.Analyze(nil), guards: prog.Guards(), invReads: prog.InventoryReads()}
-}
-
-type boundConstraint struct {
-	c    *gatekeeper.Constraint
-	tmpl *compiledTemplate
-	// owner names this constraint's results in the memo; kept while the
-	// constraint and its template are unchanged.
-	owner   uint64
-	classes *memo.Classes
-	// parameters are the constraint's, defaulted by the template's schema.
-	parameters ast.Value
-	// analysis is the template's with this constraint's parameters known.
-	analysis *analysis.Result
-	class    analysis.Class
-	// keyInputPaths are the input paths of the memo key (parameters are
-	// constant per constraint and left out).
-	keyInputPaths [][]*ast.Term
-	// keyPathIDs number keyInputPaths in the engine's registry of key
-	// paths, so that a request looks each path up once for all the
-	// constraints that read it (request.keyCache).
-	keyPathIDs []int
-	// keyPlans read keyInputPaths (lookup.go), parsed once.
-	keyPlans []*lookup.InputPlan
-	// keyHelpers are, by key path, the helpers of the paths that end in
-	// one (nil for the others; helper.go). Such paths are looked up per
-	// constraint (their keyPathIDs are -1): their answers are its own.
-	keyHelpers []*keyHelper
-	// podMsgs and nodeMsgs are the printed paths of the pod's review and
-	// of the node; nameMsg the candidate's name when it is printed.
-	podMsgs, nodeMsgs []verdict.MsgSlot
-	// podViewSig names the pod view podMsgs make (request.podView):
-	// constraints that print the same pod paths share one per request.
-	podViewSig string
-	nameMsg    *verdict.MsgSlot
-	// invKinds are the inventory kinds whose generations key its
-	// verdicts, invAny that the whole inventory's generation does
-	// (analysis.Result.InventoryOther; inventorykinds.go).
-	invKinds []*ast.Term
-	invAny   bool
-}
-
-// maxNodeClasses bounds each constraint's table of node classes.
-const maxNodeClasses = 1 << 17
-
-func (e *Engine) bind(c *gatekeeper.Constraint, ct *compiledTemplate, owner uint64) (*boundConstraint, error) {
-	params, err := gatekeeper.CheckParameters(ct.t.Schema, c.RawParameters, ct.t.LegacySchema)
-	if err != nil {
-		return nil, err
-	}
-	pv, err := ast.InterfaceToValue(params)
-	if err != nil {
-		return nil, fmt.Errorf("%w: spec.parameters: %v", gatekeeper.ErrInvalidConstraint, err)
-	}
-	bc := &boundConstraint{c: c, tmpl: ct, owner: owner, classes: memo.NewClasses(maxNodeClasses), parameters: pv}
-	bc.analysis = ct.prog.Analyze(pv)
-	bc.class = bc.analysis.Classify()
-	for _, p := range bc.analysis.InputPaths {
-		if len(p) > 0 && p[0].Equal(ast.StringTerm("parameters")) {
-			continue
-		}
-		h, err := e.helperOf(ct, bc, p)
-		if err != nil {
-			return nil, err
-		}
-		id := -1
-		if h == nil {
-			id = e.keyPaths.ID(analysis.PathString(p))
-		}
-		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		bc.keyPlans = append(bc.keyPlans, lookup.CompileInput(p))
-		bc.keyPathIDs = append(bc.keyPathIDs, id)
-		bc.keyHelpers = append(bc.keyHelpers, h)
-	}
-	for _, m := range bc.analysis.Messages {
-		idx, text := e.ph.Of(m.Root, m.Path)
-		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Index: idx, Text: text, Absent: m.Absent}
-		if m.Root == analysis.Node {
-			bc.nodeMsgs = append(bc.nodeMsgs, slot)
-		} else {
-			slot.Plan = lookup.CompileInput(m.Path)
-			bc.podMsgs = append(bc.podMsgs, slot)
-		}
-	}
-	bc.podViewSig = podViewSig(bc.podMsgs)
-	if bc.analysis.InventoryOther {
-		bc.invKinds, bc.invAny = inventory.KeyKinds(ct.invReads, bc.analysis.OtherNodes), ct.invReads.Any
-		if len(bc.invKinds) == 0 && !bc.invAny {
-			// The analysis saw an inventory read the references do not
-			// show (a with on data): key on the whole inventory.
-			bc.invAny = true
-		}
-	}
-	if bc.analysis.NodeNameMessage {
-		idx, text := e.ph.Of(analysis.Input, analysis.NodeNamePath)
-		bc.nameMsg = &verdict.MsgSlot{Path: analysis.NodeNamePath, Quote: bc.analysis.NodeNameQuote, Index: idx, Text: text}
-	}
-	return bc, nil
-}
-
 // New starts an engine with an embedded OPA SDK instance.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.EnforcementPoint == "" {
@@ -292,12 +154,14 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Options.UserInfo: %w", err)
 	}
+	reg := policyset.NewRegistry()
 	e := &Engine{
 		userInfo:    ast.NewTerm(userInfo),
 		memo:        memo.New[[]verdict.Result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
 		helpers:     memo.New[bool](helperMemoOptions),
-		ph:          verdict.NewPlaceholders(),
-		names:       memo.NewNames(maxNodeClasses),
+		reg:         reg,
+		ph:          reg.Placeholders,
+		names:       memo.NewNames(policyset.MaxNodeClasses),
 		opts:        opts,
 		log:         opts.Logger,
 		templates:   map[string]*templateState{},
@@ -331,7 +195,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	// the transaction context and install the matching snapshot when it
 	// says the compiler changed.
 	mgr.RegisterCompilerTrigger(func(storage.Transaction) { e.onCompilerChange() })
-	empty := &snapshot{compiler: e.rego.EmptyCompiler(), templates: map[string]*compiledTemplate{}}
+	empty := &policyset.Snapshot{Compiler: e.rego.EmptyCompiler(), Templates: map[string]*policyset.CompiledTemplate{}}
 	e.snap.Store(empty)
 	if err := e.inv.Init(ctx); err != nil {
 		return nil, err
@@ -344,7 +208,7 @@ func (e *Engine) Close(ctx context.Context) { e.sdk.Stop(ctx) }
 
 // onCompilerChange runs inside the commit that installs a new compiler.
 func (e *Engine) onCompilerChange() {
-	if p := e.pending; p != nil && e.mgr.GetCompiler() == p.compiler {
+	if p := e.pending; p != nil && e.mgr.GetCompiler() == p.Compiler {
 		e.snap.Store(p)
 		e.pending = nil
 	}
@@ -534,12 +398,12 @@ func (e *Engine) templateState(name string) *templateState {
 
 // nextSnapshot builds the policy set that results from the changes. It
 // compiles only when templates changed.
-func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeeper.Template, constraintsChanged bool) (*snapshot, error) {
+func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeeper.Template, constraintsChanged bool) (*policyset.Snapshot, error) {
 	cur := e.snap.Load()
 	if len(changed) == 0 && !constraintsChanged {
 		return nil, nil
 	}
-	next := &snapshot{generation: cur.generation + 1, compiler: cur.compiler, templates: cur.templates}
+	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiler: cur.Compiler, Templates: cur.Templates}
 	if len(changed) > 0 {
 		// The whole set of templates in force after the change.
 		byName := map[string]*gatekeeper.Template{}
@@ -559,52 +423,21 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeepe
 		if err != nil {
 			return nil, err
 		}
-		next.compiler = c
-		next.templates = make(map[string]*compiledTemplate, len(programs))
+		next.Compiler = c
+		next.Templates = make(map[string]*policyset.CompiledTemplate, len(programs))
 		for kind, p := range programs {
-			next.templates[kind] = newCompiledTemplate(p.Template(), p)
+			next.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
 		}
 	}
-	// Bind constraints to the templates in force; keep the memo of every
-	// constraint whose constraint and template are unchanged.
-	old := map[policy.ConstraintKey]*boundConstraint{}
-	for _, bc := range cur.constraints {
-		old[bc.c.Key] = bc
-	}
+	inForce := make(map[policy.ConstraintKey]*gatekeeper.Constraint, len(e.constraints))
 	for key, st := range e.constraints {
-		if st.current == nil {
-			continue
+		if st.current != nil {
+			inForce[key] = st.current
 		}
-		ct := next.templates[key.Kind]
-		if ct == nil {
-			continue
-		}
-		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl == ct {
-			next.constraints = append(next.constraints, prev)
-			continue
-		}
-		owner := e.owners.Add(1)
-		if prev := old[key]; prev != nil && prev.c == st.current && prev.tmpl.t == ct.t {
-			// Same constraint, same template recompiled with others: the
-			// verdicts stand, the queries are new.
-			owner = prev.owner
-		}
-		bc, err := e.bind(st.current, ct, owner)
-		st.bindErr = err
-		if err != nil {
-			// The template's schema changed under the constraint.
-			continue
-		}
-		next.constraints = append(next.constraints, bc)
 	}
-	sort.Slice(next.constraints, func(i, j int) bool {
-		a, b := next.constraints[i].c.Key, next.constraints[j].c.Key
-		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
-		}
-		return a.Name < b.Name
-	})
-	e.keepHelperOwners(next)
+	for key, err := range e.reg.BindConstraints(cur, next, inForce) {
+		e.constraints[key].bindErr = err
+	}
 	return next, nil
 }
 
@@ -613,17 +446,17 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeepe
 // policy set in force before the commit (loaded after its transaction
 // opened, before the new set was installed): the view serves both until
 // the next commit.
-func (e *Engine) nodeViewAfter(next *snapshot) inventory.View {
-	constraints := e.snap.Load().constraints
+func (e *Engine) nodeViewAfter(next *policyset.Snapshot) inventory.View {
+	constraints := e.snap.Load().Constraints
 	if next != nil {
-		constraints = append(append([]*boundConstraint(nil), constraints...), next.constraints...)
+		constraints = append(append([]*policyset.BoundConstraint(nil), constraints...), next.Constraints...)
 	}
-	return viewOf(constraints)
+	return policyset.ViewOf(constraints)
 }
 
 // commit writes policies and inventory in one store transaction and
 // installs the next snapshot when its compiler is in force.
-func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *snapshot, inv []policy.Change) []*policy.ApplyError {
+func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *policyset.Snapshot, inv []policy.Change) []*policy.ApplyError {
 	if next == nil && len(inv) == 0 {
 		return nil
 	}
@@ -670,7 +503,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		return append(errs, &ApplyError{Err: err})
 	}
 	if next != nil && len(templates) > 0 {
-		plugins.SetCompilerOnContext(params.Context, next.compiler)
+		plugins.SetCompilerOnContext(params.Context, next.Compiler)
 		e.pending = next
 	}
 	if err := e.store.Commit(ctx, txn); err != nil {
@@ -687,7 +520,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 			e.snap.Store(next)
 			e.pending = nil
 		}
-		e.generation = next.generation
+		e.generation = next.Generation
 		for name, t := range templates {
 			if t == nil {
 				delete(e.templates, name)
@@ -696,7 +529,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 			st := e.templateState(name)
 			st.current, st.err = t, nil
 		}
-		e.log.Info("policy set installed", "generation", next.generation, "templates", len(next.templates), "constraints", len(next.constraints))
+		e.log.Info("policy set installed", "generation", next.Generation, "templates", len(next.Templates), "constraints", len(next.Constraints))
 	}
 	e.inv.Committed(gen, view, raw)
 	for k, d := range written.Counts {

@@ -16,6 +16,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
@@ -157,12 +158,12 @@ func (e *Engine) begin(ctx context.Context, pod *Pod, explain bool) (*request, e
 // storeView is what a request reads: a store transaction, the policy set
 // and the inventory generation. The transaction first: while it is open no
 // commit completes, so the policy set loaded next is the one in force for
-// its inventory, or the one just before (see commit and nodeview.go).
+// its inventory, or the one just before (see commit and package internal/inventory).
 type storeView struct {
 	txn    storage.Transaction
-	snap   *snapshot
+	snap   *policyset.Snapshot
 	invGen ast.Value
-	// kindGens are the inventory kinds' generations (inventorykinds.go).
+	// kindGens are the inventory kinds' generations (package internal/inventory).
 	kindGens ast.Object
 }
 
@@ -227,7 +228,7 @@ func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, expla
 // placement is an empty answer for the request's candidates.
 func (r *request) placement() *Placement {
 	p := newPooledPlacement(len(r.slots))
-	p.Generation = r.snap.generation
+	p.Generation = r.snap.Generation
 	for i, s := range r.slots {
 		p.Nodes[i].Name = s.name
 		p.Nodes[i].Unknown = s.value == nil
@@ -263,7 +264,7 @@ func (r *request) judgePod(p *Placement) ([]int, error) {
 // (or fails to be matched against): record a match error, record a
 // guard that fails, or evaluate a pod-only constraint.
 type podStep struct {
-	bc       *boundConstraint
+	bc       *policyset.BoundConstraint
 	order    int
 	matchErr error
 	guarded  bool
@@ -279,21 +280,21 @@ func (r *request) matchPod(p *Placement) (steps []podStep, podOnly, nodeReading 
 	defer func() { b.steps, b.podOnly = steps, podOnly }()
 	in := r.in
 	m := &gatekeeper.Matchable{GVK: podGVK, Name: in.name, Namespace: in.namespace, Labels: in.labels, NS: in.ns, Source: "Original"}
-	for order, bc := range r.snap.constraints {
-		if bc.c.Action == "" {
+	for order, bc := range r.snap.Constraints {
+		if bc.Constraint.Action == "" {
 			continue // scoped to other enforcement points
 		}
-		matched, err := bc.c.Match.Matches(m)
+		matched, err := bc.Constraint.Match.Matches(m)
 		if err == nil && !matched {
 			continue
 		}
-		if bc.c.Action == policy.Warn {
+		if bc.Constraint.Action == policy.Warn {
 			p.MatchedWarnConstraints++
 		}
 		step := podStep{bc: bc, order: order, matchErr: err}
 		switch {
 		case err != nil:
-		case bc.analysis.PerPod():
+		case bc.Analysis.PerPod():
 			step.guard, step.guarded = r.guardFails(bc)
 			if !step.guarded {
 				podOnly = append(podOnly, order)
@@ -314,12 +315,12 @@ func (r *request) matchPod(p *Placement) (steps []podStep, podOnly, nodeReading 
 // its violation set is empty, on every node, without evaluation. Only on
 // the memoised path: an engine without the memo is the reference the
 // fast paths are tested against.
-func (r *request) guardFails(bc *boundConstraint) (analysis.Guard, bool) {
-	if bc.tmpl.guards == nil || r.e.opts.DisableMemo {
+func (r *request) guardFails(bc *policyset.BoundConstraint) (analysis.Guard, bool) {
+	if bc.Template.Guards == nil || r.e.opts.DisableMemo {
 		return analysis.Guard{}, false
 	}
 	var first analysis.Guard
-	for k, rule := range bc.tmpl.guards {
+	for k, rule := range bc.Template.Guards {
 		failed := false
 		for _, g := range rule {
 			if !g.Holds(lookup.Input(r.podReview, g.Path).Value) {
@@ -339,7 +340,7 @@ func (r *request) guardFails(bc *boundConstraint) (analysis.Guard, bool) {
 
 // recordGuarded records, for explain, a constraint whose guards the pod
 // fails: no violation on any node.
-func (r *request) recordGuarded(p *Placement, bc *boundConstraint, g analysis.Guard) {
+func (r *request) recordGuarded(p *Placement, bc *policyset.BoundConstraint, g analysis.Guard) {
 	if !r.explain {
 		return
 	}
@@ -356,7 +357,7 @@ func (r *request) recordGuarded(p *Placement, bc *boundConstraint, g analysis.Gu
 // request's candidates.
 func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
 	for _, order := range nodeReading {
-		if err := r.evalConstraint(r.snap.constraints[order], order, p); err != nil {
+		if err := r.evalConstraint(r.snap.Constraints[order], order, p); err != nil {
 			return err
 		}
 	}
@@ -419,7 +420,7 @@ func (r *request) candidates(cands []Candidate) error {
 // classes, and costs a class lookup, not a projection or an evaluation.
 // fromRequest reports that the value is the request's own.
 func (r *request) requestNode(name string, obj map[string]any, known ast.Value) (ast.Value, bool, error) {
-	content := r.snap.nodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
+	content := r.snap.NodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
 	v, err := ast.InterfaceToValue(content)
 	if err != nil {
 		return nil, false, fmt.Errorf("convert node %s: %w", name, err)
@@ -447,7 +448,7 @@ type request struct {
 	e            *Engine
 	ctx          context.Context
 	txn          storage.Transaction
-	snap         *snapshot
+	snap         *policyset.Snapshot
 	invGen       *ast.Term
 	kindGens     ast.Object
 	podReview    *ast.Term
@@ -489,8 +490,8 @@ type nodeSlot struct {
 	review *ast.Term
 }
 
-func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) error {
-	a := bc.analysis
+func (r *request) evalConstraint(bc *policyset.BoundConstraint, order int, p *Placement) error {
+	a := bc.Analysis
 	memoOK := r.memoOK(bc)
 	r.unrepeatable = r.unrepeatable || a.Nondeterministic
 	var pod *podView
@@ -519,21 +520,21 @@ func (r *request) evalConstraint(bc *boundConstraint, order int, p *Placement) e
 // evalNodes judges a constraint that can see the node: once per node
 // class when memoised. Each node's cell holds the class's results and the
 // node's printed values; messages are written when read.
-func (r *request) evalNodes(bc *boundConstraint, order int, p *Placement, memoOK bool, pod *podView) error {
-	a := bc.analysis
+func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placement, memoOK bool, pod *podView) error {
+	a := bc.Analysis
 	var entry *memoEntry
 	if memoOK && !a.NodeNameObserved {
 		entry = r.entry(bc, r.keyTerms(bc, r.podReview, pod))
 	}
-	readsNode := len(a.NodePaths) > 0 || len(a.NodeExists) > 0 || len(bc.nodeMsgs) > 0 || bc.nameMsg != nil
+	readsNode := len(a.NodePaths) > 0 || len(a.NodeExists) > 0 || len(bc.NodeMsgs) > 0 || bc.NameMsg != nil
 	var classes []int
 	if memoOK && readsNode {
 		classes = r.nodeClasses(bc, p)
 	}
-	subst := memoOK && (len(bc.nodeMsgs) > 0 || bc.nameMsg != nil)
+	subst := memoOK && (len(bc.NodeMsgs) > 0 || bc.NameMsg != nil)
 	// Cells are made at the first violation: most constraints are
 	// violated on no candidate of most pods.
-	col := column{constraint: bc.c.Key, action: bc.c.Action, order: order, ph: r.e.ph, pod: pod.bind}
+	col := column{constraint: bc.Constraint.Key, action: bc.Constraint.Action, order: order, ph: r.e.ph, pod: pod.bind}
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.
@@ -627,14 +628,14 @@ func (c *classCache) put(class int, res []verdict.Result) {
 
 // printed gives node i's printed values for bc (remembered with its
 // class), nil when bc prints none.
-func (r *request) printed(bc *boundConstraint, i int, subst bool) *nodePrinted {
+func (r *request) printed(bc *policyset.BoundConstraint, i int, subst bool) *nodePrinted {
 	if !subst {
 		return nil
 	}
 	if printed, _ := r.classAux[i].(*nodePrinted); printed != nil {
 		return printed
 	}
-	_, printed := bc.project(r.slots[i].name, r.slots[i].value)
+	_, printed := project(bc, r.slots[i].name, r.slots[i].value)
 	return printed
 }
 
@@ -642,19 +643,19 @@ func (r *request) printed(bc *boundConstraint, i int, subst bool) *nodePrinted {
 // printed values (its name, the paths bc.nodeMsgs) are placeholders: the
 // node is given to the query in place of the inventory's, under the
 // placeholder name.
-func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool) ([]verdict.Result, error) {
+func (r *request) evalNode(bc *policyset.BoundConstraint, i int, pod *podView, subst bool) ([]verdict.Result, error) {
 	s := &r.slots[i]
 	if !subst {
 		return r.eval(bc, r.nodeReview(r.reviewOf(pod), i, s.name), true)
 	}
 	node, key := s.value, s.name
-	for _, m := range bc.nodeMsgs {
+	for _, m := range bc.NodeMsgs {
 		// The same test as project's, so the class key and the evaluation agree.
 		if _, ok := verdict.SubstitutableAt(s.value, m.Path, m.Quote); ok {
 			node, _ = verdict.SetPath(node, m.Path, ast.StringTerm(m.Text))
 		}
 	}
-	if m := bc.nameMsg; m != nil {
+	if m := bc.NameMsg; m != nil {
 		if _, ok := verdict.Substitutable(ast.StringTerm(s.name), m.Quote); ok {
 			key = m.Text
 		}
@@ -663,8 +664,8 @@ func (r *request) evalNode(bc *boundConstraint, i int, pod *podView, subst bool)
 	return r.evalWith(bc, r.nodeReview(r.reviewOf(pod), -1, key), nodes)
 }
 
-func (r *request) entry(bc *boundConstraint, key []*ast.Term) *memoEntry {
-	return r.e.memo.Find(bc.owner, key)
+func (r *request) entry(bc *policyset.BoundConstraint, key []*ast.Term) *memoEntry {
+	return r.e.memo.Find(bc.Owner, key)
 }
 
 func (r *request) addStats() {
@@ -681,7 +682,7 @@ func (r *request) addStats() {
 
 // nodeClasses gives the class of every known candidate for bc, in one
 // pass under one read lock for the inventory nodes already classified.
-func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
+func (r *request) nodeClasses(bc *policyset.BoundConstraint, p *Placement) []int {
 	if r.slotValues == nil {
 		names := r.scratch.names
 		r.slotValues = r.scratch.slotValues
@@ -696,11 +697,11 @@ func (r *request) nodeClasses(bc *boundConstraint, p *Placement) []int {
 	clear(aux)
 	r.classAux = aux
 	remember := func(i int) bool { return !r.slots[i].fromRequest }
-	bc.classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)
+	bc.Classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)
 	for i := range r.slots {
 		if ids[i] == 0 && !p.Nodes[i].Unknown {
 			s := &r.slots[i]
-			ids[i], aux[i] = bc.classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return bc.project(s.name, s.value) })
+			ids[i], aux[i] = bc.Classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return project(bc, s.name, s.value) })
 		}
 	}
 	return ids
@@ -725,8 +726,8 @@ func (r *request) since(t time.Time) time.Duration {
 // with a request stand in for the inventory's Nodes: a template that
 // reads Nodes other than the candidate sees the request's, which no key
 // holds; one that reads other kinds keys on their generations as ever.
-func (r *request) memoOK(bc *boundConstraint) bool {
-	a := bc.analysis
+func (r *request) memoOK(bc *policyset.BoundConstraint) bool {
+	a := bc.Analysis
 	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.OtherNodes) && keysDistinct(r.podReview, a.DistinctKeys)
 }
 
@@ -794,12 +795,12 @@ const maxCommonHint = 256
 
 // recordCommon records the verdict of a constraint that cannot see the
 // node once, for every known node.
-func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res []verdict.Result, hit bool, d ...time.Duration) {
+func (r *request) recordCommon(p *Placement, bc *policyset.BoundConstraint, order int, res []verdict.Result, hit bool, d ...time.Duration) {
 	if p.Common == nil && len(res) > 0 {
 		p.Common = p.newCommon(max(len(res), int(r.e.commonHint.Load())))
 	}
 	for _, x := range res {
-		p.Common = append(p.Common, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.Msg, Details: x.Details, Error: x.Err, order: order})
+		p.Common = append(p.Common, Violation{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Message: x.Msg, Details: x.Details, Error: x.Err, order: order})
 	}
 	if n := int32(min(len(p.Common), maxCommonHint)); n > r.e.commonHint.Load() {
 		r.e.commonHint.Store(n)
@@ -818,9 +819,9 @@ func (r *request) recordCommon(p *Placement, bc *boundConstraint, order int, res
 	}
 }
 
-func (r *request) trace(bc *boundConstraint, res []verdict.Result, hit, perPod bool, d time.Duration) ConstraintTrace {
-	t := ConstraintTrace{Constraint: bc.c.Key, Action: bc.c.Action, Memoised: hit, PerPod: perPod, Duration: d,
-		Evaluated: string(bc.class), Why: bc.analysis.Why, Keyed: r.keptPrinted(bc)}
+func (r *request) trace(bc *policyset.BoundConstraint, res []verdict.Result, hit, perPod bool, d time.Duration) ConstraintTrace {
+	t := ConstraintTrace{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Memoised: hit, PerPod: perPod, Duration: d,
+		Evaluated: string(bc.Class), Why: bc.Analysis.Why, Keyed: r.keptPrinted(bc)}
 	for _, x := range res {
 		t.Violations = append(t.Violations, x.Msg)
 	}
@@ -831,24 +832,24 @@ func (r *request) trace(bc *boundConstraint, res []verdict.Result, hit, perPod b
 // the template reads, the printed paths (a marker where the placeholder
 // stands, the value where it could not), and the inventory generation if
 // the template reads more of the inventory than the candidate node.
-func (r *request) podKey(bc *boundConstraint, review *ast.Term, pod *podView) *ast.Array {
+func (r *request) podKey(bc *policyset.BoundConstraint, review *ast.Term, pod *podView) *ast.Array {
 	return ast.NewArray(slices.Clone(r.keyTerms(bc, review, pod))...)
 }
 
 // keyTerms are podKey's elements, in the request's buffer: valid until
 // the next call (memo.Find copies what it keeps).
-func (r *request) keyTerms(bc *boundConstraint, review *ast.Term, pod *podView) []*ast.Term {
+func (r *request) keyTerms(bc *policyset.BoundConstraint, review *ast.Term, pod *podView) []*ast.Term {
 	b := r.buffers()
 	terms := b.key[:0]
-	for k, plan := range bc.keyPlans {
-		if h := bc.keyHelpers[k]; h != nil {
+	for k, plan := range bc.KeyPlans {
+		if h := bc.KeyHelpers[k]; h != nil {
 			terms = append(terms, r.helperKey(h, review))
 			continue
 		}
-		terms = append(terms, r.keyValue(bc.keyPathIDs[k], review, plan))
+		terms = append(terms, r.keyValue(bc.KeyPathIDs[k], review, plan))
 	}
 	terms = append(terms, pod.key...)
-	if bc.analysis.InventoryOther {
+	if bc.Analysis.InventoryOther {
 		terms = r.inventoryTerms(terms, bc)
 	}
 	b.key = terms
@@ -898,21 +899,21 @@ func (pr *nodePrinted) withValue(x verdict.Binding) *nodePrinted {
 	return pr
 }
 
-// project is a node's part of a memo key: the values at the node paths
+// project is a node's part of bc's memo key: the values at the node paths
 // the template reads, whether the paths it only tests are true, and for
 // printed values a marker where a placeholder can stand, else the value.
 // It also gives the printed values themselves.
-func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *nodePrinted) {
+func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.Array, *nodePrinted) {
 	var printed *nodePrinted
-	a := bc.analysis
-	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.nodeMsgs)+1)
+	a := bc.Analysis
+	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.NodeMsgs)+1)
 	for _, path := range a.NodePaths {
 		terms = append(terms, lookup.At(node, path))
 	}
 	for _, path := range a.NodeExists {
 		terms = append(terms, ast.InternedTerm(lookup.Truthy(lookup.At(node, path))))
 	}
-	for _, m := range bc.nodeMsgs {
+	for _, m := range bc.NodeMsgs {
 		t := lookup.At(node, m.Path)
 		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote); ok {
 			t = verdict.PlaceholderKey
@@ -920,7 +921,7 @@ func (bc *boundConstraint) project(name string, node ast.Value) (*ast.Array, *no
 		}
 		terms = append(terms, t)
 	}
-	if m := bc.nameMsg; m != nil {
+	if m := bc.NameMsg; m != nil {
 		t := ast.StringTerm(name)
 		if _, ok := verdict.Substitutable(t, m.Quote); ok {
 			t = verdict.PlaceholderKey
@@ -942,7 +943,7 @@ var nothingPrinted = &nodePrinted{}
 
 // evalPod evaluates a template that cannot see the node, once per pod
 // class.
-func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podView) ([]verdict.Result, bool, error) {
+func (r *request) evalPod(bc *policyset.BoundConstraint, order int, memoOK bool, pod *podView) ([]verdict.Result, bool, error) {
 	var e *memoEntry
 	f := r.fetchedAt(order) // only for memoised constraints
 	switch {
@@ -985,8 +986,8 @@ func (r *request) evalPod(bc *boundConstraint, order int, memoOK bool, pod *podV
 // its real values, for itself only: that answer is not memoised (the
 // memo keeps the placeholders' error, so that the pods of the class go
 // straight to their own evaluation).
-func (r *request) checkPlaceholders(bc *boundConstraint, res []verdict.Result, pod *podView, hit bool) ([]verdict.Result, bool, error) {
-	if !bc.analysis.PrintedThroughSeveral || !pod.placed || !verdict.HasError(res) || !verdict.Memorable(res) {
+func (r *request) checkPlaceholders(bc *policyset.BoundConstraint, res []verdict.Result, pod *podView, hit bool) ([]verdict.Result, bool, error) {
+	if !bc.Analysis.PrintedThroughSeveral || !pod.placed || !verdict.HasError(res) || !verdict.Memorable(res) {
 		return res, hit, nil
 	}
 	res, err := r.eval(bc, r.podReview, false)

@@ -1,16 +1,14 @@
 package opa
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 )
 
 // Keys made of a helper's answer (analysis.Helper). A memo key path that
@@ -33,152 +31,26 @@ import (
 // reads instead, as if it were read as it is: the template's own
 // evaluation then meets the same error, as Gatekeeper would.
 
-// keyHelper is one Helper of a bound constraint's key.
-type keyHelper struct {
-	// owner names its answers in the engine's helper memo: every helper
-	// with the same identity (helperIdentity) has the same owner, so the
-	// library's is_exempt, shipped in each PSP template, is evaluated once
-	// per image and exemptImages, not once per template.
-	owner    uint64
-	identity string
-	// reads are the function's reads below the value: its memo key.
-	reads [][]*ast.Term
-	query drivers.Helper
-	// parameters are the constraint's: input.parameters of every call.
-	parameters *ast.Term
-	// rawPaths are the reads' review paths (the argument's path, then the
-	// read), rawIDs their numbers in Engine.keyPaths and eachDepth the Each
-	// in the argument's path: a request finds the answers the helper memo
-	// holds from its key cache, which the constraints reading those paths
-	// share (knownAnswers). nil for an argument's path with a condition.
-	rawPaths  [][]*ast.Term
-	rawPlans  []*lookup.InputPlan
-	rawIDs    []int
-	eachDepth int
-	// argPlan reads the argument's path (the key path without its
-	// Helper), the helper called on each value it finds.
-	argPlan *lookup.InputPlan
-	// argLast: the last raw path is the argument's own, which may be
-	// absent (its path does not end in Each: it is not an element).
-	argLast bool
-}
-
 // helperMemoOptions bound the helper memo: its answers are booleans
 // under short keys (an image), far smaller than the verdicts'.
 var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 8 << 20}
 
-// helperOf is the keyHelper of a key path ending in a Helper, or nil.
-func (e *Engine) helperOf(ct *compiledTemplate, bc *boundConstraint, path []*ast.Term) (*keyHelper, error) {
-	if len(path) == 0 {
-		return nil, nil
-	}
-	h, ok := analysis.HelperOf(path[len(path)-1])
-	if !ok {
-		return nil, nil
-	}
-	q, deps, err := ct.prog.Helper(h)
-	if err != nil {
-		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
-	}
-	identity := helperIdentity(deps, h, bc.parameters)
-	kh := &keyHelper{owner: e.helperOwner(identity), identity: identity, reads: h.Reads, query: q, parameters: ast.NewTerm(bc.parameters)}
-	arg := path[:len(path)-1]
-	kh.argPlan = lookup.CompileInput(arg)
-	if _, _, _, conditional := analysis.Condition(arg); !conditional {
-		for _, rel := range h.Reads {
-			raw := append(slices.Clone(arg), rel...)
-			kh.rawPaths = append(kh.rawPaths, raw)
-			kh.rawPlans = append(kh.rawPlans, lookup.CompileInput(raw))
-			kh.rawIDs = append(kh.rawIDs, e.keyPaths.ID(analysis.PathString(raw)))
-		}
-		for _, t := range arg {
-			if analysis.IsEach(t) {
-				kh.eachDepth++
-			}
-		}
-		if kh.argLast = !analysis.IsEach(arg[len(arg)-1]); kh.argLast {
-			kh.rawPaths = append(kh.rawPaths, arg)
-			kh.rawPlans = append(kh.rawPlans, kh.argPlan)
-			kh.rawIDs = append(kh.rawIDs, e.keyPaths.ID(analysis.PathString(arg)))
-		}
-	}
-	return kh, nil
-}
-
-// helperIdentity names what a helper's answer depends on besides its
-// value: the code it runs, its constant arguments, what it reads of the
-// value, and the values of the parameters it reads.
-func helperIdentity(deps analysis.HelperDeps, h analysis.HelperCall, params ast.Value) string {
-	var b strings.Builder
-	b.WriteString(deps.Code)
-	b.WriteString("\x00")
-	for _, a := range h.Args {
-		b.WriteString(a.String())
-		b.WriteString("\x00")
-	}
-	for _, p := range h.Reads {
-		b.WriteString(analysis.PathString(p))
-		b.WriteString("\x00")
-	}
-	for _, p := range deps.Params {
-		b.WriteString(analysis.PathString(p))
-		b.WriteString("=")
-		if v, err := params.Find(ast.Ref(p)); err == nil {
-			b.WriteString(v.String())
-		} else {
-			b.WriteString("(absent)")
-		}
-		b.WriteString("\x00")
-	}
-	return b.String()
-}
-
-// helperOwner is the helper memo's owner of the helpers named identity,
-// given at the first of them. The table belongs to e.mu; nextSnapshot
-// keeps in it only the identities its constraints use, so that owners of
-// removed helpers are not kept (their answers age out of the memo).
-func (e *Engine) helperOwner(identity string) uint64 {
-	if owner, ok := e.helperOwners[identity]; ok {
-		return owner
-	}
-	owner := e.owners.Add(1)
-	if e.helperOwners == nil {
-		e.helperOwners = map[string]uint64{}
-	}
-	e.helperOwners[identity] = owner
-	return owner
-}
-
-// keepHelperOwners forgets the helper owners that no constraint of snap
-// uses.
-func (e *Engine) keepHelperOwners(snap *snapshot) {
-	used := make(map[string]uint64, len(e.helperOwners))
-	for _, bc := range snap.constraints {
-		for _, h := range bc.keyHelpers {
-			if h != nil {
-				used[h.identity] = h.owner
-			}
-		}
-	}
-	e.helperOwners = used
-}
-
 // helperKey is the key value of a path ending in h's Helper in review:
 // the lookup of the path before it, each value found replaced by the
 // helper's answer on it.
-func (r *request) helperKey(h *keyHelper, review *ast.Term) *ast.Term {
-	if h.rawIDs != nil && review == r.podReview {
+func (r *request) helperKey(h *policyset.KeyHelper, review *ast.Term) *ast.Term {
+	if h.RawIDs != nil && review == r.podReview {
 		b := r.buffers()
 		raw := b.helperRaw[:0]
-		for i, id := range h.rawIDs {
-			raw = append(raw, r.keyValue(id, review, h.rawPlans[i]))
+		for i, id := range h.RawIDs {
+			raw = append(raw, r.keyValue(id, review, h.RawPlans[i]))
 		}
 		b.helperRaw = raw
-		if t, ok := r.knownAnswers(h, raw, h.eachDepth); ok {
+		if t, ok := r.knownAnswers(h, raw, h.EachDepth); ok {
 			return t
 		}
 	}
-	return h.argPlan.Then(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+	return h.ArgPlan.Then(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
 }
 
 // knownAnswers is helperKey's value made from the values at h's raw
@@ -190,16 +62,16 @@ func (r *request) helperKey(h *keyHelper, review *ast.Term) *ast.Term {
 // argument that is absent (h.argLast) is not called. ok is false at the
 // first answer the memo lacks: helperKey then looks the path up and calls
 // the helper.
-func (r *request) knownAnswers(h *keyHelper, raw []*ast.Term, depth int) (*ast.Term, bool) {
+func (r *request) knownAnswers(h *policyset.KeyHelper, raw []*ast.Term, depth int) (*ast.Term, bool) {
 	if depth == 0 {
 		read := raw
-		if h.argLast {
+		if h.ArgLast {
 			if raw[len(raw)-1] == lookup.Undefined {
 				return lookup.Undefined, true // no argument: the helper is not called
 			}
 			read = raw[:len(raw)-1]
 		}
-		holds, ok := r.e.helpers.Find(h.owner, read).Get(0)
+		holds, ok := r.e.helpers.Find(h.Owner, read).Get(0)
 		if !ok {
 			return nil, false
 		}
@@ -283,14 +155,14 @@ func internedAnswers(answers []*ast.Term) *ast.Term {
 }
 
 // callHelper is h's answer on v, from the helper memo or evaluated.
-func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
+func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
 	b := r.buffers()
 	read := b.helperRead[:0] // memo.Find copies what it keeps
-	for _, p := range h.reads {
+	for _, p := range h.Reads {
 		read = append(read, lookup.At(v, p))
 	}
 	b.helperRead = read
-	entry := r.e.helpers.Find(h.owner, read)
+	entry := r.e.helpers.Find(h.Owner, read)
 	if holds, ok := entry.Get(0); ok {
 		return ast.InternedTerm(holds)
 	}
@@ -310,8 +182,8 @@ func (r *request) callHelper(h *keyHelper, v ast.Value) *ast.Term {
 // read; ok is false when the evaluation failed (nothing is remembered).
 // It writes nothing of the request, so that prefetch may run it on
 // several goroutines.
-func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
-	holds, err := h.query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.parameters, Argument: v, Cancel: r.evalCancel()})
+func (r *request) evalHelper(h *policyset.KeyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
+	holds, err := h.Query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.Parameters, Argument: v, Cancel: r.evalCancel()})
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
 		return false, false
@@ -327,7 +199,7 @@ func (r *request) evalHelper(h *keyHelper, v ast.Value, entry *memo.Entry[bool],
 // deferredHelper is a helper answer a key needs and the helper memo
 // lacks (request.deferHelpers).
 type deferredHelper struct {
-	h     *keyHelper
+	h     *policyset.KeyHelper
 	v     ast.Value
 	entry *memo.Entry[bool]
 	read  []*ast.Term

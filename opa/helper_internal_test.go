@@ -3,8 +3,9 @@ package opa
 import (
 	"testing"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 )
 
 // TestInternedAnswers: the made answer arrays equal the arrays of the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
@@ -15,10 +16,10 @@ import (
 
 // keptPrinted explains, for explain, which of the pod's values bc prints
 // stayed in the key and why: the tests walkMsgs makes, with their reasons.
-func (r *request) keptPrinted(bc *boundConstraint) []string {
+func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 	var out []string
-	for i := range bc.podMsgs {
-		m := &bc.podMsgs[i]
+	for i := range bc.PodMsgs {
+		m := &bc.PodMsgs[i]
 		if len(m.Path) == 0 || !m.Path[0].Equal(lookup.ReviewKey) {
 			continue
 		}

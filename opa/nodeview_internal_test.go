@@ -5,10 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 func mustObj(t *testing.T, y string) *unstructured.Unstructured {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
@@ -23,7 +24,7 @@ import (
 type PodQuery struct {
 	e      *Engine
 	pod    *Pod
-	snap   *snapshot
+	snap   *policyset.Snapshot
 	in     podInput
 	common *Placement // Common and MatchedWarnConstraints; no nodes
 	// nodeReading are the places in the policy set of the matched
@@ -63,7 +64,7 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	p.settle()
 	q := &PodQuery{e: e, pod: pod, snap: snap, in: r.in, common: p, nodeReading: nodeReading}
 	for _, order := range nodeReading {
-		if snap.constraints[order].c.Action == policy.Deny {
+		if snap.Constraints[order].Constraint.Action == policy.Deny {
 			q.mayDeny = true
 		}
 	}
@@ -71,7 +72,7 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	if q.signable {
 		q.binds = make(map[int]verdict.Bindings, len(nodeReading))
 		for _, order := range nodeReading {
-			q.binds[order] = r.podView(snap.constraints[order], true).bind
+			q.binds[order] = r.podView(snap.Constraints[order], true).bind
 		}
 	}
 	return q, nil
@@ -86,17 +87,17 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 // memoised or keys on the node's name together with the pod.
 func (r *request) signature(nodeReading []int, p *Placement) (string, bool) {
 	var b strings.Builder
-	b.WriteString(strconv.FormatUint(r.snap.generation, 10))
+	b.WriteString(strconv.FormatUint(r.snap.Generation, 10))
 	b.WriteByte('/')
 	b.WriteString(r.invGen.String())
 	for _, order := range nodeReading {
-		bc := r.snap.constraints[order]
-		if !r.memoOK(bc) || bc.analysis.NodeNameObserved {
+		bc := r.snap.Constraints[order]
+		if !r.memoOK(bc) || bc.Analysis.NodeNameObserved {
 			return "", false
 		}
 		key := r.podKey(bc, r.podReview, r.podView(bc, true))
 		b.WriteByte('|')
-		b.WriteString(bc.c.Key.String())
+		b.WriteString(bc.Constraint.Key.String())
 		b.WriteByte('=')
 		b.WriteString(key.String())
 	}

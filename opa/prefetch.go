@@ -6,8 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
 // Evaluating a pod's memo misses in parallel. kube-scheduler sends one
@@ -124,7 +126,7 @@ func runJob(r *request, j prefetchJob) {
 
 // prefetchJob is a pod-only constraint's miss, to be evaluated.
 type prefetchJob struct {
-	bc     *boundConstraint
+	bc     *policyset.BoundConstraint
 	review *ast.Term
 	out    *prefetched
 }
@@ -134,7 +136,7 @@ type prefetchJob struct {
 // needs a helper answer the helper memo does not hold (with
 // r.deferHelpers), and nothing was recorded.
 func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
-	bc := r.snap.constraints[order]
+	bc := r.snap.Constraints[order]
 	if !r.memoOK(bc) {
 		return prefetchJob{}, false, false
 	}
@@ -147,7 +149,7 @@ func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
 	e := r.entry(bc, key)
 	b := r.buffers()
 	if len(b.fetched) == 0 { // this request's first: one slot per constraint
-		b.fetched = resize(b.fetched, len(r.snap.constraints))
+		b.fetched = resize(b.fetched, len(r.snap.Constraints))
 	}
 	f := &b.fetched[order]
 	*f = prefetched{set: true, view: view, entry: e}

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
 // regoSprintf is Rego's sprintf(format, [s]) of the string s.

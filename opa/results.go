@@ -1,9 +1,6 @@
 package opa
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
@@ -11,6 +8,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
@@ -44,19 +42,19 @@ type reviewEdit struct {
 // podView builds (or finds, for constraints printing the same paths) the
 // pod's view for bc. Without the memo, values are never replaced: that is
 // the reference the memo is tested against.
-func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
-	if !memoOK || len(bc.podMsgs) == 0 {
+func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
+	if !memoOK || len(bc.PodMsgs) == 0 {
 		if r.plain == nil {
 			r.plain = &podView{review: r.podReview}
 		}
 		return r.plain
 	}
 	b := r.buffers()
-	if v, ok := b.viewsBySig[bc.podViewSig]; ok {
+	if v, ok := b.viewsBySig[bc.PodViewSig]; ok {
 		return v
 	}
 	v := b.newView()
-	v.msgs = bc.podMsgs
+	v.msgs = bc.PodMsgs
 	v.bind = b.bindScratch[:0]
 	r.walkMsgs(v, nil)
 	b.bindScratch = v.bind[:0]
@@ -67,7 +65,7 @@ func (r *request) podView(bc *boundConstraint, memoOK bool) *podView {
 	if b.viewsBySig == nil {
 		b.viewsBySig = map[string]*podView{}
 	}
-	b.viewsBySig[bc.podViewSig] = v
+	b.viewsBySig[bc.PodViewSig] = v
 	return v
 }
 
@@ -121,23 +119,6 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			v.key = append(v.key, m.Plan.Then(r.podReview, nil))
 		}
 	}
-}
-
-// podViewSig is the name of the pod view of the printed paths msgs.
-func podViewSig(msgs []verdict.MsgSlot) string {
-	var sig strings.Builder
-	for _, m := range msgs {
-		sig.WriteString(strconv.Itoa(m.Index))
-		if m.Quote {
-			sig.WriteByte('q')
-		}
-		for _, p := range m.Absent {
-			// Placeholders depend on these objects' keys too.
-			sig.WriteString("!" + analysis.PathString(p))
-		}
-		sig.WriteByte(',')
-	}
-	return sig.String()
 }
 
 // reviewOf is v's review, its placeholders put in on first need. Called
@@ -242,8 +223,8 @@ func (r *request) nodeReview(review *ast.Term, slot int, node string) *ast.Term 
 // eval runs the template's query on one review: with the request's nodes
 // in place of the inventory's when the request carries nodes and the
 // template may read them (perNode, or other inventory reads).
-func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]verdict.Result, error) {
-	if r.override && (bc.analysis.InventoryOther || perNode) {
+func (r *request) eval(bc *policyset.BoundConstraint, review *ast.Term, perNode bool) ([]verdict.Result, error) {
+	if r.override && (bc.Analysis.InventoryOther || perNode) {
 		return r.evalWith(bc, review, r.nodes)
 	}
 	return r.evalWith(bc, review, nil)
@@ -254,19 +235,19 @@ func (r *request) eval(bc *boundConstraint, review *ast.Term, perNode bool) ([]v
 // (fail closed), and so does the request's deadline: a template that runs
 // too long denies the nodes it could not judge, with the reason, and the
 // rest of the answer still goes back.
-func (r *request) evalWith(bc *boundConstraint, review, nodes *ast.Term) ([]verdict.Result, error) {
+func (r *request) evalWith(bc *policyset.BoundConstraint, review, nodes *ast.Term) ([]verdict.Result, error) {
 	r.evals++
 	return r.evalQuery(bc, review, nodes)
 }
 
 // evalQuery is evalWith without the request's counter: it writes nothing
 // of the request, so that prefetch may run it on several goroutines.
-func (r *request) evalQuery(bc *boundConstraint, review, nodes *ast.Term) ([]verdict.Result, error) {
+func (r *request) evalQuery(bc *policyset.BoundConstraint, review, nodes *ast.Term) ([]verdict.Result, error) {
 	if err := r.ctx.Err(); err != nil {
 		r.e.stats.evalErrors.Add(1)
 		return []verdict.Result{{Msg: "evaluation stopped before this constraint was judged: " + err.Error(), Err: true, Transient: true}}, nil
 	}
-	items, err := bc.tmpl.prog.Eval(r.ctx, drivers.Input{Txn: r.txn, Review: review, Parameters: bc.parameters, Nodes: nodes, Cancel: r.evalCancel()})
+	items, err := bc.Template.Program.Eval(r.ctx, drivers.Input{Txn: r.txn, Review: review, Parameters: bc.Parameters, Nodes: nodes, Cancel: r.evalCancel()})
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 )
 
 // Answers reused between the verbs of one scheduling cycle. kube-scheduler
@@ -96,7 +98,7 @@ func (c *podCache) add(d podDigest, b []byte, p *Pod) {
 
 type keptAnswer struct {
 	pod       *Pod
-	snap      *snapshot
+	snap      *policyset.Snapshot
 	inventory ast.Value
 	p         *Placement
 	once      sync.Once
@@ -125,7 +127,7 @@ func (e *Engine) reusable(req PlacementRequest) bool {
 
 // reuse gives a kept answer for pod under the policy set and inventory
 // generation in force, restricted to cands, or nil.
-func (c *recent) reuse(snap *snapshot, inventory ast.Value, pod *Pod, cands []Candidate) *Placement {
+func (c *recent) reuse(snap *policyset.Snapshot, inventory ast.Value, pod *Pod, cands []Candidate) *Placement {
 	if inventory == nil {
 		return nil
 	}

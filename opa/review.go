@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
-	"github.com/open-policy-agent/opa/v1/ast"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // admissionReview is the AdmissionRequest's JSON fields a template sees
@@ -82,7 +83,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	}
 	// The transaction first: while it is open no commit completes, so
 	// the policy set loaded next is the one in force for its inventory,
-	// or the one just before (see commit and nodeview.go).
+	// or the one just before (see commit and package internal/inventory).
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open store transaction: %w", err)
@@ -107,8 +108,8 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		invGen: ast.NewTerm(e.inv.Value(ctx, txn, inventory.GenerationPath)), kindGens: e.inv.KindGenerations(ctx, txn)}
 	defer r.addStats()
 	var out []Violation
-	for order, bc := range snap.constraints {
-		matched, matchErr := matchAny(bc.c.Match, targets)
+	for order, bc := range snap.Constraints {
+		matched, matchErr := matchAny(bc.Constraint.Match, targets)
 		var res []verdict.Result
 		switch {
 		case matchErr != nil:
@@ -118,7 +119,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		default:
 			// The review's own nodeName picks the node: the memo's pod key
 			// says nothing about it, so only node-blind templates use it.
-			memoOK := r.memoOK(bc) && bc.analysis.PerPod()
+			memoOK := r.memoOK(bc) && bc.Analysis.PerPod()
 			pod := r.podView(bc, memoOK)
 			res, _, err = r.evalPod(bc, order, memoOK, pod)
 			res = r.e.ph.Substitute(res, pod.bind)
@@ -127,7 +128,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 			}
 		}
 		for _, x := range res {
-			out = append(out, Violation{Constraint: bc.c.Key, Action: bc.c.Action, Message: x.Msg, Details: x.Details, Error: x.Err})
+			out = append(out, Violation{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Message: x.Msg, Details: x.Details, Error: x.Err})
 		}
 	}
 	return out, nil

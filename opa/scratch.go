@@ -3,8 +3,9 @@ package opa
 import (
 	"sync"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
 // scratch is a request's per-candidate working memory: its node slots and

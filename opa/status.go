@@ -7,6 +7,7 @@ import (
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -16,7 +17,7 @@ func (e *Engine) Status() Status {
 	snap := e.snap.Load()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Status{Generation: snap.generation, Inventory: map[string]int{}}
+	s := Status{Generation: snap.Generation, Inventory: map[string]int{}}
 	for k, v := range e.invCounts {
 		s.Inventory[k] = v
 	}
@@ -28,32 +29,32 @@ func (e *Engine) Status() Status {
 		if st.current != nil {
 			ts.Kind = st.current.Kind
 			ts.ObservedGeneration = st.current.Generation
-			if ct := snap.templates[st.current.Kind]; ct != nil && ct.t == st.current {
-				ts.PerPod = ct.analysis.PerPod()
-				ts.Memoised = !ct.analysis.Nondeterministic && !e.opts.DisableMemo
-				ts.Reads = ct.analysis.Describe()
-				ts.Evaluated = string(ct.analysis.Classify())
-				ts.Why = ct.analysis.Why
-				ts.Guards = describeGuards(ct.guards)
+			if ct := snap.Templates[st.current.Kind]; ct != nil && ct.Template == st.current {
+				ts.PerPod = ct.Analysis.PerPod()
+				ts.Memoised = !ct.Analysis.Nondeterministic && !e.opts.DisableMemo
+				ts.Reads = ct.Analysis.Describe()
+				ts.Evaluated = string(ct.Analysis.Classify())
+				ts.Why = ct.Analysis.Why
+				ts.Guards = describeGuards(ct.Guards)
 			}
 		}
 		s.Templates = append(s.Templates, ts)
 	}
-	bound := map[policy.ConstraintKey]*boundConstraint{}
-	for _, bc := range snap.constraints {
-		if bc.c == e.constraints[bc.c.Key].currentOrNil() {
-			bound[bc.c.Key] = bc
+	bound := map[policy.ConstraintKey]*policyset.BoundConstraint{}
+	for _, bc := range snap.Constraints {
+		if bc.Constraint == e.constraints[bc.Constraint.Key].currentOrNil() {
+			bound[bc.Constraint.Key] = bc
 		}
 	}
 	for key, st := range e.constraints {
 		cs := ConstraintStatus{Kind: key.Kind, Name: key.Name}
 		if bc := bound[key]; bc != nil {
 			cs.Active = true
-			cs.PerPod = bc.analysis.PerPod()
-			cs.Memoised = !bc.analysis.Nondeterministic && !e.opts.DisableMemo
-			cs.Reads = bc.analysis.Describe()
-			cs.Evaluated = string(bc.class)
-			cs.Why = bc.analysis.Why
+			cs.PerPod = bc.Analysis.PerPod()
+			cs.Memoised = !bc.Analysis.Nondeterministic && !e.opts.DisableMemo
+			cs.Reads = bc.Analysis.Describe()
+			cs.Evaluated = string(bc.Class)
+			cs.Why = bc.Analysis.Why
 		}
 		if st.err != nil {
 			cs.Error = st.err.Error()
@@ -103,7 +104,7 @@ func (e *Engine) Stats() Stats {
 		EvalErrors:        e.stats.evalErrors.Load(),
 		CompileErrors:     e.stats.compileErrors.Load(),
 		ConstraintErrors:  e.stats.constraintErrors.Load(),
-		PolicyGeneration:  e.snap.Load().generation,
+		PolicyGeneration:  e.snap.Load().Generation,
 	}
 	if ns := e.stats.lastApply.Load(); ns != 0 {
 		s.LastApply = time.Unix(0, ns)

@@ -5,8 +5,9 @@
 // copy. A Codec's output is bytes the garbage collector never scans.
 //
 // It owns the encoding only: which documents are kept, where, and when
-// they are decoded again belongs to the caller (opa/nodeview.go keeps the
-// whole Nodes the store holds cut). It knows nothing of OPA or Kubernetes.
+// they are decoded again belongs to the caller (opa/internal/inventory
+// keeps the whole Nodes the store holds cut). It knows nothing of OPA or
+// Kubernetes.
 //
 // A document encoded by a Codec decodes with that Codec only; a Codec never
 // changes its dictionary. Documents unlike the samples still round-trip,

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // ErrInvalidConstraint marks a Constraint the engine refuses.

@@ -3,9 +3,10 @@ package gatekeeper
 import (
 	"testing"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 func TestMatch(t *testing.T) {

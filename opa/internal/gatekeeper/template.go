@@ -6,10 +6,11 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
 // ErrInvalidTemplate marks a ConstraintTemplate Gatekeeper would refuse.

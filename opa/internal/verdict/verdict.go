@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
-	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // result is one element of a violation set.
