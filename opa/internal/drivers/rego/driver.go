@@ -26,8 +26,9 @@ const Engine = "Rego"
 
 // Driver compiles and prepares Rego templates against one store.
 type Driver struct {
-	caps  *ast.Capabilities
-	store storage.Store
+	caps    *ast.Capabilities
+	store   storage.Store
+	cancels cancelCache
 }
 
 // New is the driver of templates evaluated against store. Without

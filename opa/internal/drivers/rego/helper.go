@@ -25,7 +25,10 @@ type helperQueries struct {
 }
 
 // helperQuery tests a function on input.helper_argument.
-type helperQuery struct{ query oparego.PreparedEvalQuery }
+type helperQuery struct {
+	query   oparego.PreparedEvalQuery
+	program *Program
+}
 
 // Helper prepares (once per template and call) the query that tests the
 // function on an argument, and gives the function's dependencies.
@@ -53,7 +56,7 @@ func (p *Program) Helper(h analysis.HelperCall) (drivers.Helper, analysis.Helper
 	if p.helpers.byQuery == nil {
 		p.helpers.byQuery = map[string]*helperQuery{}
 	}
-	hq := &helperQuery{query: q}
+	hq := &helperQuery{query: q, program: p}
 	p.helpers.byQuery[key] = hq
 	return hq, deps, nil
 }
@@ -61,11 +64,7 @@ func (p *Program) Helper(h analysis.HelperCall) (drivers.Helper, analysis.Helper
 // Holds evaluates the function on in.Argument.
 func (q *helperQuery) Holds(ctx context.Context, in drivers.HelperInput) (bool, error) {
 	input := ast.NewObject(ast.Item(termParameters, in.Parameters), ast.Item(helperArgument, ast.NewTerm(in.Argument)))
-	opts := []oparego.EvalOption{oparego.EvalParsedInput(input), oparego.EvalTransaction(in.Txn), noMetrics}
-	if in.Cancel != nil {
-		opts = append(opts, oparego.EvalExternalCancel(in.Cancel))
-	}
-	rs, err := q.query.Eval(ctx, opts...)
+	rs, err := q.program.eval(ctx, &q.query, input, in.Txn, in.Cancel)
 	if err != nil {
 		return false, err
 	}

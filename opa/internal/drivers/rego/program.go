@@ -3,7 +3,9 @@ package rego
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/open-policy-agent/opa/topdown"
 	"github.com/open-policy-agent/opa/v1/ast"
 	oparego "github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -29,6 +31,7 @@ type Program struct {
 	guards        [][]analysis.Guard
 	invReads      inventory.Reads
 	helpers       helperQueries
+	cancels       *cancelCache
 }
 
 func (d *Driver) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Template) (*Program, error) {
@@ -37,7 +40,7 @@ func (d *Driver) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Tem
 		rules = append(rules, c.Modules[id].Rules...)
 	}
 	root := gatekeeper.TemplateRoot(t.Kind)
-	p := &Program{t: t, compiler: c, store: d.store, rules: rules, analysis: analysis.Analyze(c, rules, root, nil),
+	p := &Program{t: t, compiler: c, store: d.store, cancels: &d.cancels, rules: rules, analysis: analysis.Analyze(c, rules, root, nil),
 		guards: analysis.Guards(rules, root), invReads: inventory.ReadsOf(rules)}
 	var err error
 	query := ast.NewBody(ast.NewExpr(ast.NewTerm(t.QueryRef())))
@@ -89,11 +92,7 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 		input = ast.NewObject(ast.Item(termReviewInput, ast.NewTerm(input)), ast.Item(termNodes, in.Nodes))
 		query = p.overrideQuery
 	}
-	opts := []oparego.EvalOption{oparego.EvalParsedInput(input), oparego.EvalTransaction(in.Txn), noMetrics}
-	if in.Cancel != nil {
-		opts = append(opts, oparego.EvalExternalCancel(in.Cancel))
-	}
-	rs, err := query.Eval(ctx, opts...)
+	rs, err := p.eval(ctx, &query, input, in.Txn, in.Cancel)
 	if err != nil {
 		return nil, err
 	}
@@ -105,4 +104,36 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 		return nil, fmt.Errorf("violation is not a set: %T", rs[0].Expressions[0].Value)
 	}
 	return items, nil
+}
+
+// eval runs q on input: the options in an array of this frame, not a
+// slice grown per evaluation.
+func (p *Program) eval(ctx context.Context, q *oparego.PreparedEvalQuery, input ast.Value, txn storage.Transaction, cancel topdown.Cancel) (oparego.ResultSet, error) {
+	opts := [4]oparego.EvalOption{oparego.EvalParsedInput(input), oparego.EvalTransaction(txn), noMetrics}
+	n := 3
+	if cancel != nil {
+		opts[3] = p.cancels.option(cancel)
+		n = 4
+	}
+	return q.Eval(ctx, opts[:n]...)
+}
+
+// cancelCache keeps the option form of the last request's Cancel: a
+// request's evaluations share one, as they share the Cancel, instead of
+// wrapping it anew for each of them. Requests running at once replace
+// each other's; the option is a pure function of the Cancel either way.
+type cancelCache struct{ last atomic.Pointer[cancelOption] }
+
+type cancelOption struct {
+	cancel topdown.Cancel
+	opt    oparego.EvalOption
+}
+
+func (c *cancelCache) option(cancel topdown.Cancel) oparego.EvalOption {
+	if last := c.last.Load(); last != nil && last.cancel == cancel {
+		return last.opt
+	}
+	o := &cancelOption{cancel: cancel, opt: oparego.EvalExternalCancel(cancel)}
+	c.last.Store(o)
+	return o.opt
 }
