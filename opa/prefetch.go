@@ -52,10 +52,10 @@ func (r *request) fetchedAt(order int) *prefetched {
 // one. The scheduler sends one request at a time, so the other Ps are
 // idle, but not free: handing a share of a pod's misses to another thread
 // costs a wake-up and that thread's cold caches, and the collector's mark
-// worker runs on the idle P. On two vCPUs a new pod's misses were judged
-// sooner one after the other (BenchmarkPodStream/one-off 0.56 ms against
-// 0.66 on both cores; through HTTP the one-off pods' cycle p50 1.24 to
-// 1.30 ms against 1.34 to 1.40, bench/README.md "Sixteenth session").
+// worker runs on the idle P. On two vCPUs a new pod's misses are judged
+// sooner one after the other: BenchmarkPodStream/one-off (bench/perf)
+// measured 0.56 ms against 0.66 on both cores, and through HTTP the
+// one-off pods' cycle p50 1.24 to 1.30 ms against 1.34 to 1.40.
 func (e *Engine) parallelism() int {
 	if e.opts.Parallelism > 0 {
 		return e.opts.Parallelism

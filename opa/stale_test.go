@@ -27,7 +27,7 @@ func statusNode(name string, pool string, beat int) *unstructured.Unstructured {
 	return n
 }
 
-var staleNodes = flag.Int("stale-nodes", 1000, "nodes of TestNodeUpdatesKeepNoStaleCopies (5000 for the figure in bench/README.md)")
+var staleNodes = flag.Int("stale-nodes", 1000, "nodes of TestNodeUpdatesKeepNoStaleCopies (5000: the cluster size the benchmarks use)")
 
 func liveHeap() uint64 {
 	var m runtime.MemStats

@@ -40,8 +40,7 @@ func NewCodec(samples ...[]byte) *Codec {
 	c.writers.New = func() any {
 		z := &writer{}
 		// Level 1 (BestSpeed) ignores dictionaries; the default level
-		// uses it best (bench/README.md "Memory: the growth curve" has
-		// what it saves on kubelet-sized Nodes).
+		// uses it best.
 		z.w, _ = flate.NewWriterDict(&z.out, flate.DefaultCompression, c.dict)
 		return z
 	}
