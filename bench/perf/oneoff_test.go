@@ -172,7 +172,7 @@ func timeWarm(b *testing.B, run func()) {
 // engine's default parallelism (GOMAXPROCS minus one: one after the other
 // on two vCPUs); one-off pods again with their misses evaluated one after
 // the other on the request's goroutine (Options.Parallelism 1), and on
-// every core (GOMAXPROCS, the default before the sixteenth session).
+// every core (GOMAXPROCS: what the default gives on more than two).
 var streamKinds = []struct {
 	name        string
 	share       float64

@@ -4,7 +4,8 @@
 // targets as red crosses; both axes logarithmic by default. Run it from
 // bench/:
 //
-//	go run ./cmd/chart -in results/loadgen.json -out results/filter-p99.svg
+//	go run ./cmd/loadgen -json /tmp/loadgen.json > /dev/null
+//	go run ./cmd/chart -in /tmp/loadgen.json -out /tmp/filter-p99.svg
 package main
 
 import (
@@ -54,8 +55,8 @@ type series struct {
 var targets = []point{{500, 2}, {5000, 15}}
 
 func main() {
-	in := flag.String("in", "results/loadgen.json", "load generator report (JSON)")
-	out := flag.String("out", "results/filter-p99.svg", "SVG file to write")
+	in := flag.String("in", "loadgen.json", "load generator report (JSON, loadgen -json)")
+	out := flag.String("out", "filter-p99.svg", "SVG file to write")
 	verb := flag.String("verb", "filter", "verb to plot")
 	logY := flag.Bool("log-y", true, "logarithmic latency axis (-log-y=false for a linear one)")
 	flag.Parse()

@@ -6,10 +6,11 @@
 //
 // Run it from bench/:
 //
-//	go run ./cmd/loadgen -duration 5s -json results/loadgen.json
+//	go run ./cmd/loadgen -duration 5s -json /tmp/loadgen.json
 //	go run ./cmd/loadgen -policy-set realistic -duration 5s -nodes 500,5000 -full-nodes ''
 //
-// See bench/README.md, "Load generator".
+// See bench/README.md, "Load generator"; bench/regenerate-results.sh runs
+// it for the figures there.
 package main
 
 import (

@@ -18,15 +18,14 @@
 //
 // Speed is measured, not asserted: the test fails only if pods are not
 // all bound. The default `go test ./...` run is small; the figures in
-// bench/README.md come from:
+// bench/README.md come from bench/regenerate-results.sh (scenarios
+// throughput, throughput-examples and throughput-churn), for example:
 //
-//	cd bench/e2e && go test -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 500
-//	cd bench/e2e && go test -count=1 -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -nodes 1000 -pods 2000 -full-pods 0 -policy-set realistic -out /tmp/throughput-realistic.json
+//	cd bench/e2e && go test -count=1 -run TestSchedulerThroughput -timeout 60m -v ./throughput/ -args -policy-set realistic -nodes 1000 -pods 2000 -full-pods 0 -setups 'no extender|plugin|\(names\)' -rounds 3
 //
-// -full-pods 0 leaves out the full-node-list setup. -setups picks setups by
-// name, and -rounds repeats the qps 5000 ones alternately, for ratios that
-// do not rest on one run each (the plugin build against no extender:
-// -setups 'no extender|plugin' -rounds 5).
+// -full-pods 0 leaves out the full-node-list setups. -setups picks setups
+// by name, and -rounds repeats the qps 5000 ones alternately, for ratios
+// that do not rest on one run each. -out writes the results as JSON.
 package throughput
 
 import (

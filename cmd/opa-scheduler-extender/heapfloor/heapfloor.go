@@ -38,12 +38,14 @@ import (
 // Gatekeeper library and 500 Nodes the live heap is about 20 MiB, so GOGC
 // alone starts a cycle at 40 MiB; with 5000 kubelet-sized Nodes it is
 // about 32 MiB, and under the realistic mix's cycles at 500 candidates
-// the collector ran 7 times in 5 s at a 64 MiB floor, 4 times at this
-// one, and the cycle p99 was 0.1 ms lower (bench/README.md, "Sixteenth
-// session"). From a live heap of 48 MiB GOGC's own goal is above it and
-// it changes nothing. Its price: the whole library with 5000 Nodes ends
-// 2000 filter requests at 127 MiB of RSS instead of 110 (the target is
-// 150; the realistic mix, whose live heap is past 48 MiB there, at 132).
+// the collector ran 7 times in 5 s at a 64 MiB floor and 4 times at this
+// one, with a cycle p99 0.1 ms lower (alternate runs of bench/cmd/loadgen
+// -policy-set realistic -verbs cycle -service BIN -gc-heap-floor N). From
+// a live heap of 48 MiB GOGC's own goal is above it and it changes
+// nothing. Its price is RSS: the whole library with 5000 Nodes ended 2000
+// filter requests at 127 MiB instead of 110 with 64 MiB (the target is 150
+// MiB; bench/README.md, "Memory: the growth curve", has the current
+// figures, from bench/regenerate-results.sh footprint).
 const Default = 96 << 20
 
 // maxPercent bounds the percent set for a tiny live heap (a process that
