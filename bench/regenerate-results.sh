@@ -35,7 +35,8 @@
 # output of failed scenarios (WORK/failed). Needs git, go, flock, and for the
 # e2e scenarios what bench/e2e/ci.sh needs (the first build of kube-apiserver
 # and kube-scheduler from modules takes 6 to 12 minutes on 2 cores; cached
-# after that). A full run takes 40 to 50 minutes on 2 vCPUs.
+# after that). A full run takes about 55 minutes on 2 vCPUs shared with other
+# work.
 set -uo pipefail
 
 # scenario name | what it measures (printed by --list; the order of a full run)
