@@ -23,7 +23,11 @@
 //     compiled templates and the bound constraints with their memo keys'
 //     paths.
 //   - this package: staging and committing changes (Apply) with the
-//     embedded OPA SDK's store, and the fast path.
+//     embedded OPA SDK's store, and the fast path. The fast path's request
+//     is still one type whose methods span its files (evaluate.go,
+//     results.go, helper.go, prefetch.go, ...); splitting it into named
+//     parts (the pod's input, the node slots, the key cache, the columns)
+//     is the next structural step.
 //
 // It does not know HTTP, the scheduler's wire types or where objects come
 // from: sources (a folder, a cluster) push objects in through Apply, and
