@@ -4,9 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,112 +16,10 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 )
 
-// result is one element of a violation set.
-type Result struct {
-	Msg     string
-	Details json.RawMessage
-	Err     bool
-	// MsgText and DetailsText are msg and details cut at their
-	// placeholders , nil when they hold none.
-	MsgText, DetailsText *text
-	// MsgPlain: msg is plain text (IsPlain; for MsgText, see its lits).
-	MsgPlain bool
-	// transient: the request's deadline stopped the evaluation; such a
-	// verdict is never remembered.
-	Transient bool
-}
-
-func ResultBytes(res []Result) int {
-	n := 24
-	for _, x := range res {
-		n += 64 + len(x.Msg) + len(x.Details)
-	}
-	return n
-}
-
-func AnyHoles(res []Result) bool {
-	for i := range res {
-		if res[i].MsgText != nil || res[i].DetailsText != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // MaxEachPlaceholders bounds the elements of one list that get their own
 // placeholder: past it, the list's printed values stay in the key (and
 // the engine's registry of placeholders stays small).
 const MaxEachPlaceholders = 64
-
-func HasError(res []Result) bool {
-	for _, x := range res {
-		if x.Err {
-			return true
-		}
-	}
-	return false
-}
-
-// memorable reports whether res may be remembered: evaluation errors of a
-// deterministic template are verdicts like any other (Gatekeeper fails
-// closed on them every time), a deadline is not.
-func Memorable(res []Result) bool {
-	for _, x := range res {
-		if x.Transient {
-			return false
-		}
-	}
-	return true
-}
-
-// Results reads a violation set the way Gatekeeper's hook does: elements
-// without msg are dropped, a non-string msg is an error, details default to
-// {}, duplicates collapse. holes marks results that hold placeholder text.
-func Results(items []any, ph *Placeholders) []Result {
-	var out []Result
-	seen := map[string]bool{}
-	for _, it := range items {
-		m, ok := it.(map[string]any)
-		if !ok {
-			continue
-		}
-		raw, has := m["msg"]
-		if !has {
-			continue
-		}
-		msg, ok := raw.(string)
-		if !ok {
-			out = append(out, Result{Msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), Err: true})
-			continue
-		}
-		details, has := m["details"]
-		if !has {
-			details = map[string]any{}
-		}
-		b, err := json.Marshal(details)
-		if err != nil {
-			out = append(out, Result{Msg: fmt.Sprintf("invalid violation details: %v", err), Err: true})
-			continue
-		}
-		k := msg + "\x00" + string(b)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg)})
-	}
-	SortResults(out)
-	return out
-}
-
-func SortResults(out []Result) {
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Msg != out[j].Msg {
-			return out[i].Msg < out[j].Msg
-		}
-		return string(out[i].Details) < string(out[j].Details)
-	})
-}
 
 // PathIndex numbers paths by their rendering, for the engine's life: the
 // same path, the same number. It only grows: a path is a few bytes, and
@@ -309,10 +205,10 @@ func (b Bindings) lookup(i int) (*Binding, bool) {
 	return nil, false
 }
 
-// text is a message or details evaluated with placeholders, cut at them:
+// Text is a message or details evaluated with placeholders, cut at them:
 // lits[0] hole[0] lits[1] ... lits[n]. Cut once when the result is made,
 // filled once per answer.
-type text struct {
+type Text struct {
 	lits  []string
 	holes []int
 	// plain[k]: lits[k] is plain text (IsPlain), found once here rather
@@ -321,11 +217,11 @@ type text struct {
 }
 
 // cut splits s at the placeholders of ph; nil when it holds none.
-func (ph *Placeholders) Cut(s string) *text {
+func (ph *Placeholders) Cut(s string) *Text {
 	if !strings.Contains(s, ph.Prefix) {
 		return nil
 	}
-	t := &text{}
+	t := &Text{}
 	for {
 		i := strings.Index(s, ph.Prefix)
 		if i < 0 {
@@ -355,7 +251,7 @@ func (ph *Placeholders) Cut(s string) *text {
 
 // fill writes the text with the values bound in b or b2 (JSON-escaped
 // with inJSON); a placeholder neither binds stays as it was.
-func (ph *Placeholders) Fill(t *text, b, b2 Bindings, inJSON bool) string {
+func (ph *Placeholders) Fill(t *Text, b, b2 Bindings, inJSON bool) string {
 	var sb strings.Builder
 	n := 0
 	for _, l := range t.lits {
@@ -367,7 +263,7 @@ func (ph *Placeholders) Fill(t *text, b, b2 Bindings, inJSON bool) string {
 }
 
 // FillTo is fill writing into sb (which the caller sizes, if it can).
-func (ph *Placeholders) FillTo(sb MessageWriter, t *text, b, b2 Bindings, inJSON bool) {
+func (ph *Placeholders) FillTo(sb MessageWriter, t *Text, b, b2 Bindings, inJSON bool) {
 	pw, _ := sb.(PlainWriter)
 	for k, l := range t.lits {
 		WriteText(sb, pw, l, t.plain[k])
@@ -390,15 +286,6 @@ func (ph *Placeholders) FillTo(sb MessageWriter, t *text, b, b2 Bindings, inJSON
 			WriteText(sb, pw, x.value, x.plain)
 		}
 	}
-}
-
-// WriteText writes s, as plain text when it is and w takes it so.
-func WriteText(w MessageWriter, pw PlainWriter, s string, plain bool) {
-	if plain && pw != nil {
-		pw.WritePlain(s)
-		return
-	}
-	_, _ = w.WriteString(s)
 }
 
 // substitute puts real values into results evaluated with placeholders.
@@ -455,82 +342,4 @@ func SetPath(v ast.Value, path []*ast.Term, t *ast.Term) (ast.Value, bool) {
 		return ast.NewArray(elems...), true
 	}
 	return gatekeeper.ReplaceKey(v.(ast.Object), path[0], ast.NewTerm(nv)), true
-}
-
-// denyPiece is a part of a column's deny message for one of its results
-// ("[<constraint>] " and the message), joined for the whole column: the
-// literal parts and the pod's printed values, which are the same on every
-// node, as one text; then, when hole >= 0, the node's printed value there.
-// Written per denied node, a message of ten parts is two or three pieces.
-type DenyPiece struct {
-	text  string
-	plain bool
-	hole  int // -1: none
-}
-
-// DenyPieces joins "[<constraint>] " and t filled with the pod's values
-// pod into pieces, leaving the holes pod does not fill to each node.
-func DenyPieces(constraint string, t *text, pod Bindings) []DenyPiece {
-	var out []DenyPiece
-	var cur strings.Builder
-	plain := true
-	add := func(s string, p bool) {
-		cur.WriteString(s)
-		plain = plain && p
-	}
-	add("[", true)
-	add(constraint, isPlain(constraint))
-	add("] ", true)
-	for k, l := range t.lits {
-		add(l, t.plain[k])
-		if k == len(t.holes) {
-			break
-		}
-		h := t.holes[k]
-		if h < 0 {
-			continue
-		}
-		if x, ok := pod.lookup(h); ok {
-			add(x.value, x.plain)
-			continue
-		}
-		out = append(out, DenyPiece{text: cur.String(), plain: plain, hole: h})
-		cur.Reset()
-		plain = true
-	}
-	return append(out, DenyPiece{text: cur.String(), plain: plain, hole: -1})
-}
-
-// WriteDenyPieces writes pieces with node's printed values in their holes
-// (a value node lacks is written as its placeholder, as FillTo does).
-func (ph *Placeholders) WriteDenyPieces(w MessageWriter, pw PlainWriter, pieces []DenyPiece, node Bindings) {
-	for i := range pieces {
-		pc := &pieces[i]
-		WriteText(w, pw, pc.text, pc.plain)
-		if pc.hole < 0 {
-			continue
-		}
-		if x, ok := node.lookup(pc.hole); ok {
-			WriteText(w, pw, x.value, x.plain)
-		} else {
-			_, _ = w.WriteString(ph.Text(pc.hole))
-		}
-	}
-}
-
-// MessageWriter receives a message piece by piece; strings.Builder is
-// one. A front end that escapes what it writes (a JSON answer) passes its
-// own, so that no message is built as a string first.
-type MessageWriter interface {
-	WriteString(s string) (int, error)
-}
-
-// PlainWriter is a MessageWriter that also takes text known to be plain:
-// printable ASCII without quote or backslash, which a JSON string holds as
-// it is. WriteDenyMessage gives it the constant parts of messages found
-// plain once when they were evaluated, so that an answer escaping each
-// node's message into JSON looks only at what may need it.
-type PlainWriter interface {
-	MessageWriter
-	WritePlain(s string)
 }

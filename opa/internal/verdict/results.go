@@ -1,0 +1,113 @@
+package verdict
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Result is one element of a violation set, as the engine keeps it.
+type Result struct {
+	Msg     string
+	Details json.RawMessage
+	Err     bool
+	// MsgText and DetailsText are Msg and Details cut at their
+	// placeholders, nil when they hold none.
+	MsgText, DetailsText *Text
+	// MsgPlain: msg is plain text (IsPlain; for MsgText, see its lits).
+	MsgPlain bool
+	// Transient: the request's deadline stopped the evaluation; such a
+	// verdict is never remembered.
+	Transient bool
+}
+
+// ResultBytes is what res costs the memo, roughly.
+func ResultBytes(res []Result) int {
+	n := 24
+	for _, x := range res {
+		n += 64 + len(x.Msg) + len(x.Details)
+	}
+	return n
+}
+
+// AnyHoles says whether some result holds placeholders.
+func AnyHoles(res []Result) bool {
+	for i := range res {
+		if res[i].MsgText != nil || res[i].DetailsText != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// HasError says whether some result stands for an error.
+func HasError(res []Result) bool {
+	for _, x := range res {
+		if x.Err {
+			return true
+		}
+	}
+	return false
+}
+
+// memorable reports whether res may be remembered: evaluation errors of a
+// deterministic template are verdicts like any other (Gatekeeper fails
+// closed on them every time), a deadline is not.
+func Memorable(res []Result) bool {
+	for _, x := range res {
+		if x.Transient {
+			return false
+		}
+	}
+	return true
+}
+
+// Results reads a violation set the way Gatekeeper's hook does: elements
+// without msg are dropped, a non-string msg is an error, details default to
+// {}, duplicates collapse. holes marks results that hold placeholder text.
+func Results(items []any, ph *Placeholders) []Result {
+	var out []Result
+	seen := map[string]bool{}
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			continue
+		}
+		raw, has := m["msg"]
+		if !has {
+			continue
+		}
+		msg, ok := raw.(string)
+		if !ok {
+			out = append(out, Result{Msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), Err: true})
+			continue
+		}
+		details, has := m["details"]
+		if !has {
+			details = map[string]any{}
+		}
+		b, err := json.Marshal(details)
+		if err != nil {
+			out = append(out, Result{Msg: fmt.Sprintf("invalid violation details: %v", err), Err: true})
+			continue
+		}
+		k := msg + "\x00" + string(b)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg)})
+	}
+	SortResults(out)
+	return out
+}
+
+// SortResults orders results by message, then details.
+func SortResults(out []Result) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Msg != out[j].Msg {
+			return out[i].Msg < out[j].Msg
+		}
+		return string(out[i].Details) < string(out[j].Details)
+	})
+}
