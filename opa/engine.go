@@ -20,12 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
-
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -88,8 +87,6 @@ type Engine struct {
 	// helpers holds the answers of helpers keyed apart (helper.go).
 	helpers *memo.Memo[bool]
 	names   *memo.Names
-	// ph is reg's placeholders, at hand for requests.
-	ph *verdict.Placeholders
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
@@ -160,7 +157,6 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		memo:        memo.New[[]verdict.Result](memo.Options{MaxResults: opts.MemoEntries, MaxBytes: opts.MemoBytes}),
 		helpers:     memo.New[bool](helperMemoOptions),
 		reg:         reg,
-		ph:          reg.Placeholders,
 		names:       memo.NewNames(policyset.MaxNodeClasses),
 		opts:        opts,
 		log:         opts.Logger,

@@ -506,7 +506,7 @@ func (r *request) evalConstraint(bc *policyset.BoundConstraint, order int, p *Pl
 		if err != nil {
 			return err
 		}
-		res = r.e.ph.Substitute(res, pod.bind)
+		res = r.e.reg.Placeholders.Substitute(res, pod.bind)
 		d := r.since(start)
 		if f := r.fetchedAt(order); f != nil && f.evaluated && r.explain {
 			d += f.took
@@ -534,7 +534,7 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 	subst := memoOK && (len(bc.NodeMsgs) > 0 || bc.NameMsg != nil)
 	// Cells are made at the first violation: most constraints are
 	// violated on no candidate of most pods.
-	col := column{constraint: bc.Constraint.Key, action: bc.Constraint.Action, order: order, ph: r.e.ph, pod: pod.bind}
+	col := column{constraint: bc.Constraint.Key, action: bc.Constraint.Action, order: order, ph: r.e.reg.Placeholders, pod: pod.bind}
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.
@@ -586,7 +586,7 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 			col.set(i, res, r.printed(bc, i, subst))
 		}
 		if r.explain {
-			p.AddTrace(i, r.trace(bc, r.e.ph.Substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
+			p.AddTrace(i, r.trace(bc, r.e.reg.Placeholders.Substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
 		}
 	}
 	if violated {

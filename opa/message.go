@@ -92,7 +92,7 @@ func (r *request) absentFrom(m *verdict.MsgSlot, s string) bool {
 		}
 		held := obj.Until(func(k, _ *ast.Term) bool {
 			ks, isStr := k.Value.(ast.String)
-			return isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.ph.Prefix))
+			return isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.reg.Placeholders.Prefix))
 		})
 		if held {
 			return false

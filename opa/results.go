@@ -189,7 +189,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, edits *[]reviewEdit) {
 		}
 		placed = true
 		entries[i] = verdict.PlaceholderKey
-		idx, text := r.e.ph.OfElement(m.Index, i, func() []*ast.Term {
+		idx, text := r.e.reg.Placeholders.OfElement(m.Index, i, func() []*ast.Term {
 			concrete := make([]*ast.Term, 0, len(m.Path))
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
@@ -255,7 +255,7 @@ func (r *request) evalQuery(bc *policyset.BoundConstraint, review, nodes *ast.Te
 		}
 		return []verdict.Result{{Msg: err.Error(), Err: true}}, nil
 	}
-	res := verdict.Results(items, r.e.ph)
+	res := verdict.Results(items, r.e.reg.Placeholders)
 	if verdict.HasError(res) {
 		r.e.stats.evalErrors.Add(1)
 	}

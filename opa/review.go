@@ -122,7 +122,7 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 			memoOK := r.memoOK(bc) && bc.Analysis.PerPod()
 			pod := r.podView(bc, memoOK)
 			res, _, err = r.evalPod(bc, order, memoOK, pod)
-			res = r.e.ph.Substitute(res, pod.bind)
+			res = r.e.reg.Placeholders.Substitute(res, pod.bind)
 			if err != nil {
 				return nil, err
 			}
