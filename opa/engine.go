@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/cel"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
@@ -58,6 +59,17 @@ type Options struct {
 	// sooner on idle cores; on two, handing work to the other core cost
 	// more than it saved (Engine.parallelism).
 	Parallelism int
+	// DisableK8sNativeValidation runs templates on Rego only, as
+	// Gatekeeper's --enable-k8s-native-validation=false: a template that
+	// carries both engines' code runs its Rego, and one with CEL code only
+	// is refused. By default, as in Gatekeeper, K8sNativeValidation (CEL)
+	// code is chosen over Rego.
+	DisableK8sNativeValidation bool
+	// DefaultK8sNativeValidationFailurePolicy is the failure policy of CEL
+	// code that names none, as Gatekeeper's
+	// --default-k8s-native-validation-failure-policy: "Fail" (the default:
+	// an evaluation error denies) or "Ignore".
+	DefaultK8sNativeValidationFailurePolicy string
 	// AllowNetworkBuiltins keeps http.send and net.lookup_ip_addr available
 	// to templates. Off by default, as in Gatekeeper: a template cannot
 	// reach out of the process.
@@ -75,8 +87,9 @@ type Engine struct {
 	sdk      *sdk.OPA
 	mgr      *plugins.Manager
 	store    storage.Store
-	// rego compiles the templates' Rego (the only engine so far).
+	// rego and cel compile the templates' code, each in its engine.
 	rego *rego.Driver
+	cel  *cel.Driver
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[policyset.Snapshot]
@@ -147,6 +160,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := gatekeeper.CheckFailurePolicy(opts.DefaultK8sNativeValidationFailurePolicy); err != nil {
+		return nil, fmt.Errorf("Options.DefaultK8sNativeValidationFailurePolicy: %w", err)
+	}
 	userInfo, err := ast.InterfaceToValue(opts.UserInfo)
 	if err != nil {
 		return nil, fmt.Errorf("Options.UserInfo: %w", err)
@@ -167,6 +183,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 	e.inv = inventory.New(e.store)
 	e.rego = rego.New(e.store, opts.AllowNetworkBuiltins)
+	e.cel = cel.New()
 	config, err := checkOPAConfig(opts.OPAConfig)
 	if err != nil {
 		return nil, err
@@ -219,7 +236,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	b := &batch{templates: map[string]*gatekeeper.Template{}}
+	b := &batch{templates: map[string]*gatekeeper.Template{}, cel: map[*gatekeeper.Template]*cel.Program{}}
 	for _, ch := range changes {
 		ref, err := ch.Ref()
 		if err != nil {
@@ -238,7 +255,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 	}
 	e.refuseDuplicateKinds(b)
 
-	next, err := e.nextSnapshot(ctx, b.templates, b.constraintsChanged)
+	next, err := e.nextSnapshot(ctx, b, b.constraintsChanged)
 	if err != nil {
 		for name, t := range b.templates {
 			if t != nil {
@@ -247,7 +264,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 			}
 		}
 		b.templates = map[string]*gatekeeper.Template{}
-		next, _ = e.nextSnapshot(ctx, nil, b.constraintsChanged)
+		next, _ = e.nextSnapshot(ctx, b, b.constraintsChanged)
 	}
 	if ierrs := e.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
 		b.errs = append(b.errs, ierrs...)
@@ -258,6 +275,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 // batch is what one Apply stages before its commit.
 type batch struct {
 	templates          map[string]*gatekeeper.Template // name -> new version, nil = delete
+	cel                map[*gatekeeper.Template]*cel.Program
 	constraintsChanged bool
 	inventory          []policy.Change
 	errs               []*policy.ApplyError
@@ -281,8 +299,13 @@ func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef)
 	if st := e.templates[ref.Name]; st != nil && st.current != nil && st.err == nil && sameVersion(st.current.ResourceVersion, ch.Object) {
 		return
 	}
-	t, err := gatekeeper.ParseTemplate(ch.Object)
-	if err == nil {
+	t, err := gatekeeper.ParseTemplate(ch.Object, gatekeeper.ParseOptions{
+		DisableK8sNativeValidation: e.opts.DisableK8sNativeValidation,
+		DefaultFailurePolicy:       e.opts.DefaultK8sNativeValidationFailurePolicy,
+	})
+	if err == nil && t.Engine == cel.Engine {
+		b.cel[t], err = e.cel.Compile(t)
+	} else if err == nil {
 		err = e.rego.CheckAlone(t)
 	}
 	if err != nil {
@@ -392,38 +415,22 @@ func (e *Engine) templateState(name string) *templateState {
 	return st
 }
 
-// nextSnapshot builds the policy set that results from the changes. It
-// compiles only when templates changed.
-func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeeper.Template, constraintsChanged bool) (*policyset.Snapshot, error) {
+// nextSnapshot builds the policy set that results from the batch's
+// changes. It compiles Rego only when templates changed, and CEL only for
+// the templates that changed.
+func (e *Engine) nextSnapshot(ctx context.Context, b *batch, constraintsChanged bool) (*policyset.Snapshot, error) {
 	cur := e.snap.Load()
+	changed := b.templates
 	if len(changed) == 0 && !constraintsChanged {
 		return nil, nil
 	}
 	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiler: cur.Compiler, Templates: cur.Templates}
 	if len(changed) > 0 {
-		// The whole set of templates in force after the change.
-		byName := map[string]*gatekeeper.Template{}
-		for name, st := range e.templates {
-			if st.current != nil {
-				byName[name] = st.current
-			}
-		}
-		for name, t := range changed {
-			if t == nil {
-				delete(byName, name)
-			} else {
-				byName[name] = t
-			}
-		}
-		c, programs, err := e.rego.Compile(ctx, byName)
+		templates, err := e.compileTemplates(ctx, cur, changed, b.cel)
 		if err != nil {
 			return nil, err
 		}
-		next.Compiler = c
-		next.Templates = make(map[string]*policyset.CompiledTemplate, len(programs))
-		for kind, p := range programs {
-			next.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
-		}
+		next.Compiler, next.Templates = templates.Compiler, templates.Templates
 	}
 	inForce := make(map[policy.ConstraintKey]*gatekeeper.Constraint, len(e.constraints))
 	for key, st := range e.constraints {
@@ -435,6 +442,53 @@ func (e *Engine) nextSnapshot(ctx context.Context, changed map[string]*gatekeepe
 		e.constraints[key].bindErr = err
 	}
 	return next, nil
+}
+
+// compileTemplates compiles the whole set of templates in force after
+// changed: the Rego ones together, as the store will hold them; each CEL
+// one on its own, reused from cur when unchanged.
+func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, celPrograms map[*gatekeeper.Template]*cel.Program) (*policyset.Snapshot, error) {
+	regoTemplates := map[string]*gatekeeper.Template{}
+	var celTemplates []*gatekeeper.Template
+	add := func(name string, t *gatekeeper.Template) {
+		if t.Engine == cel.Engine {
+			celTemplates = append(celTemplates, t)
+		} else {
+			regoTemplates[name] = t
+		}
+	}
+	for name, st := range e.templates {
+		if _, ok := changed[name]; !ok && st.current != nil {
+			add(name, st.current)
+		}
+	}
+	for name, t := range changed {
+		if t != nil {
+			add(name, t)
+		}
+	}
+	c, programs, err := e.rego.Compile(ctx, regoTemplates)
+	if err != nil {
+		return nil, err
+	}
+	out := &policyset.Snapshot{Compiler: c, Templates: make(map[string]*policyset.CompiledTemplate, len(programs)+len(celTemplates))}
+	for kind, p := range programs {
+		out.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
+	}
+	for _, t := range celTemplates {
+		if ct := cur.Templates[t.Kind]; ct != nil && ct.Template == t {
+			out.Templates[t.Kind] = ct
+			continue
+		}
+		p := celPrograms[t]
+		if p == nil {
+			if p, err = e.cel.Compile(t); err != nil {
+				return nil, fmt.Errorf("compile template %s: %w", t.Name, err)
+			}
+		}
+		out.Templates[t.Kind] = policyset.NewCompiledTemplate(t, p)
+	}
+	return out, nil
 }
 
 // nodeViewAfter is the view the store keeps Nodes in after a commit that

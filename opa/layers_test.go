@@ -46,12 +46,14 @@ var layers = map[string][]string{
 		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper"},
 	"opa/internal/drivers/rego": {
 		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper", "opa/internal/drivers"},
+	"opa/internal/drivers/cel": {
+		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper", "opa/internal/drivers"},
 	"opa/internal/policyset": {
 		"opa/policy", "opa/internal/analysis", "opa/internal/memo", "opa/internal/lookup", "opa/internal/verdict",
 		"opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers"},
 	"opa": {
 		"opa/policy", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue", "opa/internal/memo",
-		"opa/internal/lookup", "opa/internal/verdict", "opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego", "opa/internal/policyset"},
+		"opa/internal/lookup", "opa/internal/verdict", "opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego", "opa/internal/drivers/cel", "opa/internal/policyset"},
 	"opa/enginemetrics":                    {"opa", "opa/policy"},
 	"opa/source":                           {"opa", "opa/policy"},
 	"opa/verify":                           {"opa", "opa/policy", "opa/source"},

@@ -21,11 +21,38 @@ import (
 // engine evaluates it, and why. None may be evaluated per (pod, node):
 // the templates that print the pod's or the node's name share verdicts
 // between pods and nodes that agree on everything else.
+//
+// The library's 16 templates with both engines run on CEL by default
+// (K8sNativeValidation, as in Gatekeeper) and on Rego with it disabled:
+// both are listed. On CEL, K8sPSPHostFilesystem is judged per pod: it
+// prints the pod's name into the elements of a list that its validation
+// counts, which the CEL analysis (opa/internal/drivers/cel/reads.go) does
+// not follow.
 func TestEvaluationClasses(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
-	e := newEngine(t, opa.Options{})
+	for _, engine := range libraryEngineChoices {
+		t.Run(engine.name, func(t *testing.T) {
+			evaluationClasses(t, engine.opts, engine.perPod)
+		})
+	}
+}
+
+// libraryEngineChoices run the library's dual templates on each engine;
+// perPod are the templates an engine judges per pod beside those every
+// engine does.
+var libraryEngineChoices = []struct {
+	name   string
+	opts   opa.Options
+	perPod []string
+}{
+	{name: "CEL", opts: opa.Options{}, perPod: []string{"K8sPSPHostFilesystem"}},
+	{name: "Rego", opts: opa.Options{DisableK8sNativeValidation: true}},
+}
+
+func evaluationClasses(t *testing.T, opts opa.Options, perPod []string) {
+	e := newEngine(t, opts)
 	apply(t, e, libraryObjects(t)...)
 
 	// Every library and example template, by kind: its class with the
@@ -46,6 +73,9 @@ func TestEvaluationClasses(t *testing.T) {
 		"K8sBlockEndpointEditDefaultRole": "per pod",
 		"K8sUniqueIngressHost":            "per pod",
 		"K8sUniqueServiceSelector":        "per pod",
+	}
+	for _, k := range perPod {
+		want[k] = "per pod"
 	}
 	worst := map[string]string{}
 	why := map[string][]string{}
@@ -115,11 +145,13 @@ func libraryObjects(t *testing.T) []*unstructured.Unstructured {
 // libraryEngines are the library in an engine and in one without memo
 // (the reference), both with nodes n1 (pool a) and n2, and those as
 // candidates.
-func libraryEngines(t *testing.T) (memo, ref *opa.Engine, cands []opa.Candidate) {
+func libraryEngines(t *testing.T, opts opa.Options) (memo, ref *opa.Engine, cands []opa.Candidate) {
 	t.Helper()
 	objs := libraryObjects(t)
-	memo = newEngine(t, opa.Options{Parallelism: 4}) // misses in parallel (prefetch.go)
-	ref = newEngine(t, opa.Options{DisableMemo: true})
+	memoOpts, refOpts := opts, opts
+	memoOpts.Parallelism = 4 // misses in parallel (prefetch.go)
+	refOpts.DisableMemo = true
+	memo, ref = newEngine(t, memoOpts), newEngine(t, refOpts)
 	for _, e := range []*opa.Engine{memo, ref} {
 		apply(t, e, objs...)
 		apply(t, e, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
@@ -155,7 +187,7 @@ func TestLibraryGuards(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
-	e, ref, cands := libraryEngines(t)
+	e, ref, cands := libraryEngines(t, opa.Options{})
 	want := map[string][]string{
 		"K8sBlockEndpointEditDefaultRole": {`input.review.object.metadata.name == "system:aggregate-to-edit"`},
 		"K8sUniqueIngressHost":            {`input.review.kind.kind == "Ingress"`},
@@ -251,11 +283,24 @@ func eachContainer(pod map[string]any, f func(map[string]any)) {
 // memoised engine and one without memo: the same violations, and the
 // renamed pods re-evaluate only the templates whose conditions read the
 // containers' names.
+//
+// The counts are the Rego analysis's (dual templates on Rego). On CEL the
+// verdicts are checked the same way, but container names stay in the key
+// of the dual templates: their CEL code builds lists of containers that
+// its validations count and its messages join, which the CEL analysis
+// reads whole (opa/internal/drivers/cel/reads.go).
 func TestLibraryListElements(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
-	e, ref, cands := libraryEngines(t)
+	t.Run("CEL", func(t *testing.T) {
+		e, ref, cands := libraryEngines(t, opa.Options{})
+		for _, p := range librarySamplePods(t) {
+			judgeAsReference(t, e, ref, p, cands, false)
+			judgeAsReference(t, e, ref, renamed(p, 1), cands, false)
+		}
+	})
+	e, ref, cands := libraryEngines(t, opa.Options{DisableK8sNativeValidation: true})
 	objs := libraryObjects(t)
 	samples := librarySamplePods(t)
 	reEvaluated := map[string]int{}

@@ -23,7 +23,7 @@ func TestPrefetchedMissesAsSequential(t *testing.T) {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
 	objs := libraryObjects(t)
-	parallel, ref, cands := libraryEngines(t)
+	parallel, ref, cands := libraryEngines(t, opa.Options{})
 	seq := newEngine(t, opa.Options{Parallelism: 1})
 	apply(t, seq, objs...)
 	apply(t, seq, node("n1", map[string]string{"pool": "a"}), node("n2", nil))
@@ -72,7 +72,7 @@ func TestPrefetchWhilePoliciesChange(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
 	}
-	e, ref, cands := libraryEngines(t)
+	e, ref, cands := libraryEngines(t, opa.Options{})
 	samples := librarySamplePods(t)
 	var limits *unstructured.Unstructured
 	for _, o := range libraryObjects(t) {

@@ -247,7 +247,8 @@ func (r *request) evalQuery(bc *policyset.BoundConstraint, review, nodes *ast.Te
 		r.e.stats.evalErrors.Add(1)
 		return []verdict.Result{{Msg: "evaluation stopped before this constraint was judged: " + err.Error(), Err: true, Transient: true}}, nil
 	}
-	items, err := bc.Template.Program.Eval(r.ctx, drivers.Input{Txn: r.txn, Review: review, Parameters: bc.Parameters, Nodes: nodes, Cancel: r.evalCancel()})
+	prog := bc.Template.Program
+	items, err := prog.Eval(r.ctx, drivers.Input{Txn: r.txn, Review: review, Parameters: bc.Parameters, Constraint: bc.Object, Nodes: nodes, Cancel: r.evalCancel()})
 	if err != nil {
 		r.e.stats.evalErrors.Add(1)
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
@@ -255,7 +256,7 @@ func (r *request) evalQuery(bc *policyset.BoundConstraint, review, nodes *ast.Te
 		}
 		return []verdict.Result{{Msg: err.Error(), Err: true}}, nil
 	}
-	res := verdict.Results(items, r.e.reg.Placeholders)
+	res := verdict.Results(items, r.e.reg.Placeholders, prog.ListViolations())
 	if verdict.HasError(res) {
 		r.e.stats.evalErrors.Add(1)
 	}

@@ -165,6 +165,13 @@ var Keys = ast.VarTerm("$keys")
 // IsKeys reports whether t is Keys.
 func IsKeys(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$keys" }
 
+// Present ends a path: only whether a value is there, whatever it is
+// (CEL's has(x.f)).
+var Present = ast.VarTerm("$present")
+
+// IsPresent reports whether t is Present.
+func IsPresent(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$present" }
+
 // When begins a key path read only if the list at list has an element
 // whose values at every filter path hold (the members of a list set
 // filtered by field tests): `volume := input_hostpath_volumes[_]` ends the
@@ -289,6 +296,10 @@ func PathString(p []*ast.Term) string {
 		}
 		if IsKeys(t) {
 			b.WriteString(".(keys)")
+			continue
+		}
+		if IsPresent(t) {
+			b.WriteString(".(present)")
 			continue
 		}
 		if h, ok := HelperOf(t); ok {

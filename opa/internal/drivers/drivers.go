@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
@@ -25,7 +26,8 @@ import (
 // Program is a template's code compiled by its engine's driver. It is
 // immutable and safe for concurrent use.
 type Program interface {
-	// Engine names the code's engine as a ConstraintTemplate does ("Rego").
+	// Engine names the code's engine as a ConstraintTemplate does ("Rego",
+	// "K8sNativeValidation").
 	Engine() string
 	// Analyze says what the template reads of the review and of the
 	// candidate node and what it only prints, for a constraint with these
@@ -40,6 +42,9 @@ type Program interface {
 	// code produced them (objects with msg and details, in Gatekeeper's
 	// form). An error is the evaluation's: the caller fails closed.
 	Eval(ctx context.Context, in Input) ([]any, error)
+	// ListViolations says that Eval's elements are a list, kept in order
+	// with their duplicates (CEL: one per failed validation), not a set.
+	ListViolations() bool
 	// Helper prepares a boolean function of the code that a constraint's
 	// memo key stands in for (analysis.HelperOf), and says what decides
 	// its answers, so that templates shipping the same function share
@@ -56,6 +61,10 @@ type Input struct {
 	Review *ast.Term
 	// Parameters are the constraint's (input.parameters).
 	Parameters ast.Value
+	// Constraint is the whole Constraint with Parameters as its
+	// spec.parameters, for engines that read it (CEL's params); nil for
+	// those that do not.
+	Constraint *unstructured.Unstructured
 	// Nodes, when not nil, stand for data.inventory.cluster["v1"].Node:
 	// the Nodes a request carries.
 	Nodes *ast.Term

@@ -27,6 +27,39 @@ type Constraint struct {
 	// content is the object's spec and annotations, to tell a real change
 	// from a resync of the same object.
 	Content string
+	// Object is the Constraint as given, shared: never modified.
+	Object map[string]any
+}
+
+// WithParameters is the Constraint as CEL code sees it (params): the
+// object with its spec.parameters replaced by params (the schema's
+// defaults applied), in the types an unstructured object decoded from JSON
+// holds (int64 and float64 numbers). A Constraint without spec.parameters
+// keeps none, as the API server's defaulting adds none.
+func (c *Constraint) WithParameters(params map[string]any) (*unstructured.Unstructured, error) {
+	obj := make(map[string]any, len(c.Object))
+	for k, v := range c.Object {
+		obj[k] = v
+	}
+	if spec, ok := c.Object["spec"].(map[string]any); ok {
+		if _, has := spec["parameters"]; has {
+			withParams := make(map[string]any, len(spec))
+			for k, v := range spec {
+				withParams[k] = v
+			}
+			withParams["parameters"] = params
+			obj["spec"] = withParams
+		}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConstraint, err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConstraint, err)
+	}
+	return u, nil
 }
 
 // parseConstraint reads a Constraint (any version of
@@ -69,6 +102,7 @@ func ParseConstraint(u *unstructured.Unstructured, enforcementPoint string) (*Co
 		RawParameters: params,
 		Match:         m,
 		Content:       string(content),
+		Object:        u.Object,
 	}, nil
 }
 

@@ -20,15 +20,24 @@ var ErrInvalidTemplate = errors.New("invalid ConstraintTemplate")
 // package segment, so nothing else is let through.
 var kindPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
 
-// template is a parsed, rewritten and isolated ConstraintTemplate.
+// Template is a parsed ConstraintTemplate: the code of the engine that
+// runs it (Gatekeeper's choice) and its parameter schema. Rego code is
+// rewritten and isolated under the template's own namespace.
 type Template struct {
 	Name       string
 	Kind       string
 	Generation int64
-	// modules are the rewritten template and libs, keyed by module id.
+	// Engine is EngineRego or EngineCEL: the code this template runs.
+	Engine string
+	// Modules are the rewritten template and libs, keyed by module id
+	// (Rego only).
 	Modules map[string]*ast.Module
-	// texts are the rewritten modules as source, for the store.
+	// Texts are the rewritten modules as source, for the store.
 	Texts map[string][]byte
+	// CEL is the K8sNativeValidation code (EngineCEL only).
+	CEL *CELSource
+	// FailurePolicy is the CEL code's, defaults applied (EngineCEL only).
+	FailurePolicy string
 	// schema is spec.crd.spec.validation.openAPIV3Schema (may be nil).
 	Schema map[string]any
 	// legacySchema: v1beta1 and v1alpha1 templates keep unknown parameter
@@ -55,9 +64,10 @@ type regoSource struct {
 	version ast.RegoVersion
 }
 
-// parseTemplate reads a ConstraintTemplate (v1, v1beta1 or v1alpha1: the
-// fields used here are the same) and produces its isolated modules.
-func ParseTemplate(u *unstructured.Unstructured) (*Template, error) {
+// ParseTemplate reads a ConstraintTemplate (v1, v1beta1 or v1alpha1: the
+// fields used here are the same) and the code Gatekeeper would run, with
+// its Rego rewritten into isolated modules.
+func ParseTemplate(u *unstructured.Unstructured, opts ParseOptions) (*Template, error) {
 	name := u.GetName()
 	if name == "" {
 		return nil, fmt.Errorf("%w: metadata.name is empty", ErrInvalidTemplate)
@@ -73,7 +83,7 @@ func ParseTemplate(u *unstructured.Unstructured) (*Template, error) {
 	if name != strings.ToLower(kind) {
 		return nil, fmt.Errorf("%w: metadata.name %q must be the lower-case kind %q", ErrInvalidTemplate, name, strings.ToLower(kind))
 	}
-	src, err := templateRego(u)
+	src, err := templateCode(u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -86,69 +96,121 @@ func ParseTemplate(u *unstructured.Unstructured) (*Template, error) {
 		Name:            name,
 		Kind:            kind,
 		Generation:      u.GetGeneration(),
+		Engine:          EngineRego,
 		Modules:         map[string]*ast.Module{},
 		Texts:           map[string][]byte{},
 		Schema:          schema,
 		LegacySchema:    u.GroupVersionKind().Version != "v1",
 		ResourceVersion: u.GetResourceVersion(),
 	}
-	if err := t.addModules(src); err != nil {
+	if src.cel != nil {
+		t.Engine, t.CEL, t.FailurePolicy = EngineCEL, src.cel, src.cel.Policy(opts.DefaultFailurePolicy)
+		return t, nil
+	}
+	if err := t.addModules(src.rego); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// templateRego picks the Rego of the template's only target: a non-empty
-// `rego` field (Rego v0) wins over a `code` entry of engine Rego, whose
-// source is Rego v1 only when it says version "v1".
-func templateRego(u *unstructured.Unstructured) (regoSource, error) {
+// templateSource is the code a template runs: its Rego, or its CEL.
+type templateSource struct {
+	rego regoSource
+	cel  *CELSource
+}
+
+// templateCode picks the code of the template's only target as Gatekeeper
+// picks a driver: K8sNativeValidation first (unless disabled), then Rego.
+func templateCode(u *unstructured.Unstructured, opts ParseOptions) (templateSource, error) {
+	target, err := onlyTarget(u)
+	if err != nil {
+		return templateSource{}, err
+	}
+	codes, _ := target["code"].([]any)
+	celAt := -1
+	for i, c := range codes {
+		if code, ok := c.(map[string]any); ok && code["engine"] == EngineCEL {
+			celAt = i
+			break
+		}
+	}
+	if celAt >= 0 && !opts.DisableK8sNativeValidation {
+		code := codes[celAt].(map[string]any)
+		src, err := parseCELSource(code["source"], fmt.Sprintf("spec.targets[0].code[%d].source", celAt))
+		if err != nil {
+			return templateSource{}, err
+		}
+		return templateSource{cel: src}, nil
+	}
+	rego, found, err := targetRego(target)
+	switch {
+	case err != nil:
+		return templateSource{}, err
+	case found:
+		return templateSource{rego: rego}, nil
+	case celAt >= 0:
+		return templateSource{}, fmt.Errorf("%w: the target's only code is K8sNativeValidation (CEL), and K8sNativeValidation is disabled (--enable-k8s-native-validation=false)", ErrInvalidTemplate)
+	}
+	return templateSource{}, fmt.Errorf("%w: the target has no code this engine runs (Rego or K8sNativeValidation)", ErrInvalidTemplate)
+}
+
+// onlyTarget is the template's only target, which must be Gatekeeper's
+// admission target.
+func onlyTarget(u *unstructured.Unstructured) (map[string]any, error) {
 	raw, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "targets")
 	targets, ok := raw.([]any)
 	if found && !ok {
-		return regoSource{}, fmt.Errorf("%w: spec.targets must be a list", ErrInvalidTemplate)
+		return nil, fmt.Errorf("%w: spec.targets must be a list", ErrInvalidTemplate)
 	}
 	if !found || len(targets) != 1 {
-		return regoSource{}, fmt.Errorf("%w: exactly one target is required, found %d", ErrInvalidTemplate, len(targets))
+		return nil, fmt.Errorf("%w: exactly one target is required, found %d", ErrInvalidTemplate, len(targets))
 	}
 	target, ok := targets[0].(map[string]any)
 	if !ok {
-		return regoSource{}, fmt.Errorf("%w: spec.targets[0] is not an object", ErrInvalidTemplate)
+		return nil, fmt.Errorf("%w: spec.targets[0] is not an object", ErrInvalidTemplate)
 	}
 	if name, _ := target["target"].(string); name != policy.TargetName {
-		return regoSource{}, fmt.Errorf("%w: target %q is not supported (only %s)", ErrInvalidTemplate, name, policy.TargetName)
+		return nil, fmt.Errorf("%w: target %q is not supported (only %s)", ErrInvalidTemplate, name, policy.TargetName)
 	}
+	return target, nil
+}
+
+// targetRego picks the target's Rego: a non-empty `rego` field (Rego v0)
+// wins over a `code` entry of engine Rego, whose source is Rego v1 only
+// when it says version "v1". found is false when there is none.
+func targetRego(target map[string]any) (src regoSource, found bool, err error) {
 	if rego, _ := target["rego"].(string); strings.TrimSpace(rego) != "" {
 		libs, err := stringList(target["libs"], "spec.targets[0].libs")
 		if err != nil {
-			return regoSource{}, err
+			return regoSource{}, true, err
 		}
-		return regoSource{rego: rego, libs: libs, version: ast.RegoV0}, nil
+		return regoSource{rego: rego, libs: libs, version: ast.RegoV0}, true, nil
 	}
 	codes, _ := target["code"].([]any)
 	for i, c := range codes {
 		code, ok := c.(map[string]any)
-		if !ok || code["engine"] != "Rego" {
+		if !ok || code["engine"] != EngineRego {
 			continue
 		}
 		source, ok := code["source"].(map[string]any)
 		if !ok {
-			return regoSource{}, fmt.Errorf("%w: spec.targets[0].code[%d].source is not an object", ErrInvalidTemplate, i)
+			return regoSource{}, true, fmt.Errorf("%w: spec.targets[0].code[%d].source is not an object", ErrInvalidTemplate, i)
 		}
 		rego, _ := source["rego"].(string)
 		if strings.TrimSpace(rego) == "" {
-			return regoSource{}, fmt.Errorf("%w: spec.targets[0].code[%d].source.rego is empty", ErrInvalidTemplate, i)
+			return regoSource{}, true, fmt.Errorf("%w: spec.targets[0].code[%d].source.rego is empty", ErrInvalidTemplate, i)
 		}
 		libs, err := stringList(source["libs"], fmt.Sprintf("spec.targets[0].code[%d].source.libs", i))
 		if err != nil {
-			return regoSource{}, err
+			return regoSource{}, true, err
 		}
 		version := ast.RegoV0
 		if v, _ := source["version"].(string); v == "v1" {
 			version = ast.RegoV1
 		}
-		return regoSource{rego: rego, libs: libs, version: version}, nil
+		return regoSource{rego: rego, libs: libs, version: version}, true, nil
 	}
-	return regoSource{}, fmt.Errorf("%w: the target has no Rego (CEL-only templates are not supported by this engine)", ErrInvalidTemplate)
+	return regoSource{}, false, nil
 }
 
 func stringList(v any, field string) ([]string, error) {

@@ -31,10 +31,14 @@ spec:
 
 func TestParseTemplate(t *testing.T) {
 	tests := []struct {
-		name    string
-		kind    string
-		target  string
-		wantErr string
+		name   string
+		kind   string
+		target string
+		opts   ParseOptions
+		// wantEngine is the engine chosen (default Rego), wantPolicy the
+		// CEL code's failure policy.
+		wantEngine, wantPolicy string
+		wantErr                string
 	}{
 		{name: "rego v0", kind: "K8sOk", target: `
   - target: admission.k8s.gatekeeper.sh
@@ -42,7 +46,7 @@ func TestParseTemplate(t *testing.T) {
       package x
       violation[{"msg": "m"}] { input.review.object.spec.hostNetwork }
 `},
-		{name: "code v1", kind: "K8sOkV1", target: `
+		{name: "code v1", kind: "K8sOkV1", opts: ParseOptions{DisableK8sNativeValidation: true}, target: `
   - target: admission.k8s.gatekeeper.sh
     code:
       - engine: K8sNativeValidation
@@ -54,6 +58,91 @@ func TestParseTemplate(t *testing.T) {
             package x
             violation contains {"msg": "m"} if input.review.object.spec.hostNetwork
 `},
+		{name: "both engines", kind: "K8sBoth", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: Rego
+        source:
+          rego: |
+            package x
+            violation[{"msg": "m"}] { input.review.object.spec.hostNetwork }
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyFail},
+		{name: "both engines, CEL disabled", kind: "K8sBothRego", opts: ParseOptions{DisableK8sNativeValidation: true}, target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+      - engine: Rego
+        source:
+          rego: |
+            package x
+            violation[{"msg": "m"}] { input.review.object.spec.hostNetwork }
+`, wantEngine: EngineRego},
+		{name: "rego field and CEL code", kind: "K8sLegacyBoth", target: `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package x
+      violation[{"msg": "m"}] { true }
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}], failurePolicy: Ignore}
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyIgnore},
+		{name: "default failure policy", kind: "K8sCelDefault", opts: ParseOptions{DefaultFailurePolicy: FailurePolicyIgnore}, target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyIgnore},
+		{name: "CEL failure policy over the default", kind: "K8sCelFail", opts: ParseOptions{DefaultFailurePolicy: FailurePolicyIgnore}, target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}], failurePolicy: Fail}
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyFail},
+		{name: "CEL with an expression that does not compile", kind: "K8sCelBroken", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "object.spec.("}]}
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyFail},
+		{name: "CEL only, CEL disabled", kind: "K8sCelOff", opts: ParseOptions{DisableK8sNativeValidation: true}, target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}]}
+`, wantErr: "K8sNativeValidation is disabled"},
+		{name: "CEL variable named params", kind: "K8sCelParams", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {variables: [{name: params, expression: "1"}], validations: [{expression: "true"}]}
+`, wantErr: `"params" is a reserved keyword`},
+		{name: "CEL variable named anyObject", kind: "K8sCelAny", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {variables: [{name: anyObject, expression: "1"}], validations: [{expression: "true"}]}
+`, wantErr: `"anyObject" is a reserved keyword`},
+		{name: "CEL reserved match condition", kind: "K8sCelMatch", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {matchCondition: [{name: gatekeeper_internal_x, expression: "true"}], validations: [{expression: "true"}]}
+`, wantErr: "cannot have \"gatekeeper_internal_\" as a prefix"},
+		{name: "CEL unknown failure policy", kind: "K8sCelPolicy", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: {validations: [{expression: "true"}], failurePolicy: Sometimes}
+`, wantErr: "unrecognized failure policy: Sometimes"},
+		{name: "CEL source not an object", kind: "K8sCelNotObject", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: K8sNativeValidation
+        source: "true"
+`, wantErr: "source is not an object"},
 		{name: "v1 syntax in a v0 field", kind: "K8sV1InV0", target: `
   - target: admission.k8s.gatekeeper.sh
     rego: |
@@ -100,7 +189,13 @@ func TestParseTemplate(t *testing.T) {
     code:
       - engine: K8sNativeValidation
         source: {validations: [{expression: "true"}]}
-`, wantErr: "CEL-only"},
+`, wantEngine: EngineCEL, wantPolicy: FailurePolicyFail},
+		{name: "no code of a known engine", kind: "K8sNone", target: `
+  - target: admission.k8s.gatekeeper.sh
+    code:
+      - engine: Wasm
+        source: {}
+`, wantErr: "no code this engine runs"},
 		{name: "two targets", kind: "K8sTwo", target: `
   - target: admission.k8s.gatekeeper.sh
     rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
@@ -118,10 +213,20 @@ func TestParseTemplate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseTemplate(templateObject(t, tc.kind, tc.target))
+			tmpl, err := ParseTemplate(templateObject(t, tc.kind, tc.target), tc.opts)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
+				}
+				want := tc.wantEngine
+				if want == "" {
+					want = EngineRego
+				}
+				if tmpl.Engine != want || tmpl.FailurePolicy != tc.wantPolicy {
+					t.Fatalf("engine %s, failure policy %q; want %s, %q", tmpl.Engine, tmpl.FailurePolicy, want, tc.wantPolicy)
+				}
+				if (tmpl.Engine == EngineCEL) != (len(tmpl.Modules) == 0) {
+					t.Fatalf("engine %s with %d Rego modules", tmpl.Engine, len(tmpl.Modules))
 				}
 				return
 			}
@@ -141,7 +246,7 @@ func TestTemplateNameMustBeLowerKind(t *testing.T) {
     rego: "package x\nviolation[{\"msg\": \"m\"}] { true }"
 `)
 	u.SetName("something-else")
-	if _, err := ParseTemplate(u); err == nil || !strings.Contains(err.Error(), "lower-case kind") {
+	if _, err := ParseTemplate(u, ParseOptions{}); err == nil || !strings.Contains(err.Error(), "lower-case kind") {
 		t.Fatalf("error = %v", err)
 	}
 }
@@ -159,7 +264,7 @@ func TestTemplatesAreIsolated(t *testing.T) {
       - |
         package lib.helpers
         flag := "from A"
-`))
+`), ParseOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

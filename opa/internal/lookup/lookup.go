@@ -110,6 +110,7 @@ const (
 	planValue planKind = iota // the value at keys
 	planEach                  // list, then each element
 	planKeys                  // the keys of the object at list
+	planPresent               // whether list holds a value
 )
 
 // lookupPlan reads a path below a value (no When).
@@ -118,8 +119,8 @@ type lookupPlan struct {
 	// keys are a planValue's steps (object keys, array indexes, set
 	// members).
 	keys []*ast.Term
-	// list is the path before the first Each (planEach) or before Keys
-	// (planKeys).
+	// list is the path before the first Each (planEach), before Keys
+	// (planKeys) or before Present (planPresent).
 	list *lookupPlan
 	// filter are an EachWhere's guards, below the element; rest reads
 	// below each element (nil: the element itself); isLen: the path
@@ -144,6 +145,9 @@ func compilePlan(path []*ast.Term) *lookupPlan {
 	if n := len(path) - 1; n >= 0 && analysis.IsKeys(path[n]) {
 		return &lookupPlan{kind: planKeys, list: compilePlan(path[:n])}
 	}
+	if n := len(path) - 1; n >= 0 && analysis.IsPresent(path[n]) {
+		return &lookupPlan{kind: planPresent, list: compilePlan(path[:n])}
+	}
 	return &lookupPlan{kind: planValue, keys: path}
 }
 
@@ -164,7 +168,8 @@ func compileFilter(filter [][]*ast.Term) []*lookupPlan {
 // Len; only the elements that pass an EachWhere's guards), or, when the
 // value at the list is not an array, that value whole (Whole); a
 // path ending in Keys the array, in Rego's order, of the keys of an
-// object whose values are defined and not false (any other value whole).
+// object whose values are defined and not false (any other value whole);
+// a path ending in Present true or false.
 // leaf, when not nil, gives the key of each value found at the end of the
 // path in place of the value itself: the answer of a helper on it
 // (analysis.Helper, helper.go).
@@ -177,6 +182,8 @@ func (p *lookupPlan) lookupThen(v ast.Value, leaf func(ast.Value) *ast.Term) *as
 		return p.each(v, leaf)
 	case planKeys:
 		return lookupKeys(p.list.lookupThen(v, nil))
+	case planPresent:
+		return ast.InternedTerm(p.list.lookupThen(v, nil) != Undefined)
 	}
 	return valueAt(v, p.keys, leaf)
 }
@@ -342,7 +349,7 @@ func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *
 
 // plain reports whether path holds no Each and does not end in Keys.
 func plain(path []*ast.Term) bool {
-	return analysis.EachAt(path) < 0 && (len(path) == 0 || !analysis.IsKeys(path[len(path)-1]))
+	return analysis.EachAt(path) < 0 && (len(path) == 0 || (!analysis.IsKeys(path[len(path)-1]) && !analysis.IsPresent(path[len(path)-1])))
 }
 
 // findTerm is the term at path (not empty) below v (nil if there is none), found as

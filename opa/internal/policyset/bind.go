@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
@@ -28,6 +30,9 @@ type BoundConstraint struct {
 	Classes *memo.Classes
 	// parameters are the constraint's, defaulted by the template's schema.
 	Parameters ast.Value
+	// Object is the whole Constraint with those parameters, for code that
+	// reads it (CEL's params); nil for Rego.
+	Object *unstructured.Unstructured
 	// analysis is the template's with this constraint's parameters known.
 	Analysis *analysis.Result
 	Class    analysis.Class
@@ -92,6 +97,11 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 		return nil, fmt.Errorf("%w: spec.parameters: %v", gatekeeper.ErrInvalidConstraint, err)
 	}
 	bc := &BoundConstraint{Constraint: c, Template: ct, Owner: owner, Classes: memo.NewClasses(MaxNodeClasses), Parameters: pv}
+	if ct.Template.Engine == gatekeeper.EngineCEL {
+		if bc.Object, err = c.WithParameters(params); err != nil {
+			return nil, err
+		}
+	}
 	bc.Analysis = ct.Program.Analyze(pv)
 	bc.Class = bc.Analysis.Classify()
 	for _, p := range bc.Analysis.InputPaths {

@@ -290,7 +290,8 @@ func (ph *Placeholders) FillTo(sb MessageWriter, t *Text, b, b2 Bindings, inJSON
 
 // substitute puts real values into results evaluated with placeholders.
 // Results without placeholders are returned as they are; results that
-// become equal are merged again, as the violation set would have.
+// become equal are merged again, as the violation set would have (a list
+// keeps its order and duplicates).
 func (ph *Placeholders) Substitute(res []Result, b Bindings) []Result {
 	if len(b) == 0 || !AnyHoles(res) {
 		return res
@@ -308,7 +309,7 @@ func (ph *Placeholders) Substitute(res []Result, b Bindings) []Result {
 		}
 		out[i] = x
 	}
-	if len(out) > 1 {
+	if len(out) > 1 && !out[0].Listed {
 		SortResults(out)
 		out = slices.CompactFunc(out, func(a, b Result) bool {
 			return a.Msg == b.Msg && string(a.Details) == string(b.Details) && a.Err == b.Err

@@ -19,6 +19,9 @@ type Result struct {
 	// Transient: the request's deadline stopped the evaluation; such a
 	// verdict is never remembered.
 	Transient bool
+	// Listed: the result belongs to a list of violations (CEL's), whose
+	// order and duplicates stand.
+	Listed bool
 }
 
 // ResultBytes is what res costs the memo, roughly.
@@ -64,8 +67,10 @@ func Memorable(res []Result) bool {
 
 // Results reads a violation set the way Gatekeeper's hook does: elements
 // without msg are dropped, a non-string msg is an error, details default to
-// {}, duplicates collapse. holes marks results that hold placeholder text.
-func Results(items []any, ph *Placeholders) []Result {
+// {}, duplicates collapse, and results come sorted. A list (CEL's one
+// violation per failed validation) keeps its order and its duplicates.
+// holes marks results that hold placeholder text.
+func Results(items []any, ph *Placeholders, list bool) []Result {
 	var out []Result
 	seen := map[string]bool{}
 	for _, it := range items {
@@ -92,13 +97,15 @@ func Results(items []any, ph *Placeholders) []Result {
 			continue
 		}
 		k := msg + "\x00" + string(b)
-		if seen[k] {
+		if seen[k] && !list {
 			continue
 		}
 		seen[k] = true
-		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg)})
+		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg), Listed: list})
 	}
-	SortResults(out)
+	if !list {
+		SortResults(out)
+	}
 	return out
 }
 

@@ -84,6 +84,9 @@ var (
 	termNodes       = ast.StringTerm("nodes")
 )
 
+// ListViolations: a violation rule is a set.
+func (p *Program) ListViolations() bool { return false }
+
 // Eval evaluates the violation rule on in.
 func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 	input := ast.NewObject(ast.Item(termReview, in.Review), ast.Item(termParameters, ast.NewTerm(in.Parameters)))

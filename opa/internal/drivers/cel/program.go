@@ -1,0 +1,172 @@
+package cel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	celtypes "github.com/google/cel-go/common/types"
+	"github.com/open-policy-agent/opa/v1/ast"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+)
+
+// Program is one template's CEL code, compiled. It is immutable and safe
+// for concurrent use.
+type Program struct {
+	t           *gatekeeper.Template
+	driver      *Driver
+	policy      admissionregistrationv1.FailurePolicyType
+	matcher     matchconditions.Matcher
+	validations plugincel.ConditionEvaluator
+	messages    plugincel.ConditionEvaluator
+	analysis    *analysis.Result
+}
+
+// Template is the template the program was compiled from.
+func (p *Program) Template() *gatekeeper.Template { return p.t }
+
+// Engine is "K8sNativeValidation".
+func (p *Program) Engine() string { return Engine }
+
+// Analyze says what the code reads of the review. The Constraint's
+// parameters are constants whatever their values, so the answer is the
+// template's.
+func (p *Program) Analyze(ast.Value) *analysis.Result { return p.analysis }
+
+// Guards: none are known for CEL code.
+func (p *Program) Guards() [][]analysis.Guard { return nil }
+
+// InventoryReads: CEL code cannot see data.inventory.
+func (p *Program) InventoryReads() inventory.Reads { return inventory.Reads{} }
+
+// ListViolations: one violation per failed validation, in order,
+// duplicates kept, as Gatekeeper's k8scel driver reports them.
+func (p *Program) ListViolations() bool { return true }
+
+// Helper: CEL code has no Rego functions for a memo key to stand in for.
+func (p *Program) Helper(call analysis.HelperCall) (drivers.Helper, analysis.HelperDeps, error) {
+	return nil, analysis.HelperDeps{}, fmt.Errorf("template %s is CEL code: no helper %s", p.t.Name, call.Func)
+}
+
+// Eval judges one review: the violations of the failed validations, with
+// Gatekeeper's messages. An evaluation error denies with its text under
+// failure policy Fail and admits under Ignore; the request's context
+// ending is an error, never a verdict.
+func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
+	attr, ns, err := p.driver.cache.attributes(in.Review)
+	if err != nil {
+		return nil, fmt.Errorf("CEL input of template %s: %w", p.t.Name, err)
+	}
+	// params is the whole Constraint (runtime.Object: never a typed nil).
+	var params runtime.Object
+	if in.Constraint != nil {
+		params = in.Constraint
+	}
+	msgs := p.decide(ctx, attr, params, ns)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	items := make([]any, len(msgs))
+	for i, m := range msgs {
+		items[i] = map[string]any{"msg": m}
+	}
+	return items, nil
+}
+
+// decide is the decision of k8s.io/apiserver's ValidatingAdmissionPolicy
+// validator (validating.validator.Validate), as Gatekeeper calls it: the
+// messages of its Deny decisions. It is kept here, not imported, because
+// that package carries the whole admission policy plugin.
+func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttributes, params runtime.Object, ns *corev1.Namespace) []string {
+	onError := func(err error) []string {
+		if p.policy == admissionregistrationv1.Ignore {
+			return nil
+		}
+		return []string{err.Error()}
+	}
+	if m := p.matcher.Match(ctx, attr, params, nil); m.Error != nil {
+		return onError(m.Error)
+	} else if !m.Matches {
+		return nil
+	}
+	vars := plugincel.OptionalVariableBindings{VersionedParams: params}
+	request := plugincel.CreateAdmissionRequest(attr.Attributes, metav1.GroupVersionResource(attr.GetResource()), metav1.GroupVersionKind(attr.VersionedKind))
+	namespace := plugincel.CreateNamespaceObject(ns)
+	results, remaining, err := p.validations.ForInput(ctx, attr, request, vars, namespace, celconfig.PerCallLimit)
+	if err != nil {
+		return onError(err)
+	}
+	// Message expressions are evaluated only when a validation failed:
+	// most reviews fail none. The validator evaluates them always, and
+	// their running out of budget or failing internally turns every
+	// validation that did not error into an error; here that holds for
+	// reviews some validation failed, the only ones whose verdict it
+	// could change from admit to deny without a validation failing being
+	// when messages alone exceed the budget.
+	failed := false
+	for _, r := range results {
+		if r.Error == nil && r.EvalResult != celtypes.True {
+			failed = true
+			break
+		}
+	}
+	var messages []plugincel.EvaluationResult
+	if failed {
+		messages, _, err = p.messages.ForInput(ctx, attr, request, vars, namespace, remaining)
+	}
+	var out []string
+	for i, r := range results {
+		v, _ := r.ExpressionAccessor.(*validation)
+		switch {
+		case v == nil:
+			continue
+		case r.Error != nil:
+			out = append(out, onError(r.Error)...)
+		case errors.Is(err, apiservercel.ErrInternal) || errors.Is(err, apiservercel.ErrOutOfBudget):
+			out = append(out, onError(fmt.Errorf("failed messageExpression: %s", err))...)
+		case r.EvalResult != celtypes.True:
+			var msg *plugincel.EvaluationResult
+			if i < len(messages) {
+				msg = &messages[i]
+			}
+			out = append(out, denyMessage(v, msg))
+		}
+	}
+	return out
+}
+
+// denyMessage is a failed validation's message: its messageExpression's
+// value when that is a non-empty single-line string of at most 5 KiB, else
+// its message, else the expression that failed.
+func denyMessage(v *validation, msg *plugincel.EvaluationResult) string {
+	var message string
+	if msg != nil && msg.Error == nil && msg.EvalResult != nil {
+		if s, ok := msg.EvalResult.Value().(string); ok {
+			message = strings.TrimSpace(s)
+			if len(message) > celconfig.MaxEvaluatedMessageExpressionSizeBytes || strings.ContainsAny(message, "\n") {
+				message = ""
+			}
+		}
+	}
+	if message == "" && len(v.message) > 0 {
+		message = strings.TrimSpace(v.message)
+	}
+	if message == "" {
+		message = fmt.Sprintf("failed expression: %v", strings.TrimSpace(v.expression))
+	}
+	return message
+}
