@@ -47,6 +47,7 @@ type explainFlags struct {
 	pod, kubeconfig, output, input, enforcementPoint, policyDir string
 	nodes, syncKinds                                            []string
 	timeout                                                     time.Duration
+	engines                                                     engineFlags
 }
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -62,6 +63,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringSliceVar(&f.syncKinds, "sync-kind", nil, "further inventory kinds, as the service's --sync-kind")
 	fs.StringVar(&f.policyDir, "policy-dir", "", "judge with the templates and constraints of this folder instead of the cluster's (inventory still from the cluster), as a plugin profile with policyDir does")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "how long to wait for the cluster's policies and inventory")
+	f.engines.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, explainHelp)
 		fs.PrintDefaults()
@@ -160,7 +162,11 @@ func syncedEngine(ctx context.Context, cfg *rest.Config, f explainFlags) (*opa.E
 		return nil, fmt.Errorf("--sync-kind: %w", err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	e, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: quiet})
+	eopts := opa.Options{EnforcementPoint: f.enforcementPoint, Logger: quiet}
+	if err := f.engines.apply(&eopts); err != nil {
+		return nil, err
+	}
+	e, err := opa.New(ctx, eopts)
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,7 @@ type serveFlags struct {
 	kubeBurst                     int
 	requeueNudge                  bool
 	allowNetworkBuiltins          bool
+	engines                       engineFlags
 	logLevel, logFormat           string
 	policyPollInterval            time.Duration
 	logDecisions, opaConfig       string
@@ -82,6 +83,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.Float32Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second to the API server (binds, nudges)")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst of queries to the API server")
 	fs.BoolVar(&f.requeueNudge, "requeue-nudge", true, "after a policy change, touch an annotation on pods this service rejected that are still pending, so that the scheduler retries them now instead of after up to 5 minutes")
+	f.engines.register(fs)
 	fs.BoolVar(&f.allowNetworkBuiltins, "allow-network-builtins", false, "let templates call http.send and net.lookup_ip_addr (off, as in Gatekeeper: a template cannot reach out)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -264,8 +266,12 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 			return fmt.Errorf("--opa-config: %w", err)
 		}
 	}
-	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
-		MemoEntries: f.memoResults, MemoBytes: f.memoBytes, OPAConfig: opaConfig, Parallelism: f.evalParallelism})
+	eopts := opa.Options{EnforcementPoint: f.enforcementPoint, Logger: log.With("component", "engine"), AllowNetworkBuiltins: f.allowNetworkBuiltins,
+		MemoEntries: f.memoResults, MemoBytes: f.memoBytes, OPAConfig: opaConfig, Parallelism: f.evalParallelism}
+	if err := f.engines.apply(&eopts); err != nil {
+		return err
+	}
+	engine, err := opa.New(ctx, eopts)
 	if err != nil {
 		return err
 	}

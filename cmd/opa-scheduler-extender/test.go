@@ -48,6 +48,8 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	output := fs.StringP("output", "o", "table", "table or json")
 	only := fs.StringSlice("node", nil, "judge on these nodes only (repeatable)")
 	enforcementPoint := fs.String("enforcement-point", opa.DefaultEnforcementPoint, "this service's name in scopedEnforcementActions")
+	var engines engineFlags
+	engines.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, testHelp)
 		fs.PrintDefaults()
@@ -59,7 +61,12 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	rows, err := judgeFiles(ctx, fs.Args(), *only, *enforcementPoint)
+	eopts := opa.Options{EnforcementPoint: *enforcementPoint}
+	if err := engines.apply(&eopts); err != nil {
+		fmt.Fprintf(stderr, "test: %v\n", err)
+		return 2
+	}
+	rows, err := judgeFiles(ctx, fs.Args(), *only, eopts)
 	if err != nil {
 		fmt.Fprintf(stderr, "test: %v\n", err)
 		return 2
@@ -75,7 +82,7 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // judgeFiles loads the paths into a fresh engine and judges every pod on
 // every node (or on only).
-func judgeFiles(ctx context.Context, paths, only []string, enforcementPoint string) ([]testRow, error) {
+func judgeFiles(ctx context.Context, paths, only []string, eopts opa.Options) ([]testRow, error) {
 	var pods, rest []*unstructured.Unstructured
 	var nodes []string
 	for _, p := range paths {
@@ -101,7 +108,7 @@ func judgeFiles(ctx context.Context, paths, only []string, enforcementPoint stri
 	if len(pods) == 0 || len(nodes) == 0 {
 		return nil, fmt.Errorf("found %d pods and %d nodes in %s: need at least one of each", len(pods), len(nodes), strings.Join(paths, ", "))
 	}
-	e, err := opa.New(ctx, opa.Options{EnforcementPoint: enforcementPoint})
+	e, err := opa.New(ctx, eopts)
 	if err != nil {
 		return nil, err
 	}

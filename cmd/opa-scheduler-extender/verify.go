@@ -35,6 +35,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	run := fs.String("run", "", "run only the cases whose \"suite/test/case\" matches this regular expression")
 	enforcementPoint := fs.String("enforcement-point", opa.DefaultEnforcementPoint, "this service's name in scopedEnforcementActions")
+	var engines engineFlags
+	engines.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, verifyHelp)
 		fs.PrintDefaults()
@@ -47,6 +49,10 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	opts := verify.Options{Out: stdout, Engine: opa.Options{EnforcementPoint: *enforcementPoint}}
+	if err := engines.apply(&opts.Engine); err != nil {
+		fmt.Fprintf(stderr, "verify: %v\n", err)
+		return 2
+	}
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {

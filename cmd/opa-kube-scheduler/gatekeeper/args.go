@@ -48,6 +48,14 @@ type Args struct {
 	MemoMaxResults int   `json:"memoMaxResults,omitempty"`
 	// AllowNetworkBuiltins lets templates call http.send and net.lookup_*.
 	AllowNetworkBuiltins bool `json:"allowNetworkBuiltins,omitempty"`
+	// EnableK8sNativeValidation runs a template's K8sNativeValidation
+	// (CEL) code when it has some, as Gatekeeper's flag of that name
+	// (default true); false runs templates on Rego and refuses CEL-only
+	// ones.
+	EnableK8sNativeValidation *bool `json:"enableK8sNativeValidation,omitempty"`
+	// DefaultK8sNativeValidationFailurePolicy is the failure policy of CEL
+	// code that names none: Fail (the default) or Ignore.
+	DefaultK8sNativeValidationFailurePolicy string `json:"defaultK8sNativeValidationFailurePolicy,omitempty"`
 	// PolicyPollInterval is how often the policy folder is scanned besides
 	// its file-system watch (default 250ms).
 	PolicyPollInterval Duration `json:"policyPollInterval,omitempty"`
@@ -128,6 +136,9 @@ func (a Args) validate() error {
 	}
 	if _, err := source.ParseKinds(a.SyncKinds); err != nil {
 		errs = append(errs, fmt.Errorf("syncKinds: %w", err))
+	}
+	if p := a.DefaultK8sNativeValidationFailurePolicy; p != "" && p != "Fail" && p != "Ignore" {
+		errs = append(errs, fmt.Errorf("defaultK8sNativeValidationFailurePolicy %q: want Fail or Ignore", p))
 	}
 	if a.MemoMaxBytes < 0 || a.MemoMaxResults < 0 {
 		errs = append(errs, errors.New("memoMaxBytes and memoMaxResults must not be negative"))

@@ -41,6 +41,13 @@ func TestDecodeArgs(t *testing.T) {
 					t.Errorf("args %+v", a)
 				}
 			}},
+		{name: "CEL off, failures ignored", raw: `{"enableK8sNativeValidation": false, "defaultK8sNativeValidationFailurePolicy": "Ignore"}`,
+			check: func(t *testing.T, a Args) {
+				if a.EnableK8sNativeValidation == nil || *a.EnableK8sNativeValidation || a.DefaultK8sNativeValidationFailurePolicy != "Ignore" {
+					t.Errorf("args %+v", a)
+				}
+			}},
+		{name: "unknown failure policy", raw: `{"defaultK8sNativeValidationFailurePolicy": "Sometimes"}`, err: `defaultK8sNativeValidationFailurePolicy "Sometimes": want Fail or Ignore`},
 		{name: "missing folder", raw: `{"policyDir": "` + filepath.Join(dir, "nope") + `"}`, err: "policyDir: stat"},
 		{name: "a file, not a folder", raw: `{"policyDir": "` + file + `"}`, err: "not a folder"},
 		{name: "nothing to enforce", raw: `{"clusterPolicies": false}`, err: "nothing to enforce"},

@@ -31,7 +31,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "profile", profile)
 	log := slog.New(logr.ToSlogHandler(logger))
 	engine, err := opa.New(ctx, opa.Options{EnforcementPoint: args.EnforcementPoint, Logger: log.With("component", "engine"),
-		AllowNetworkBuiltins: args.AllowNetworkBuiltins, MemoEntries: args.MemoMaxResults, MemoBytes: args.MemoMaxBytes})
+		AllowNetworkBuiltins: args.AllowNetworkBuiltins, MemoEntries: args.MemoMaxResults, MemoBytes: args.MemoMaxBytes,
+		DisableK8sNativeValidation:              args.EnableK8sNativeValidation != nil && !*args.EnableK8sNativeValidation,
+		DefaultK8sNativeValidationFailurePolicy: args.DefaultK8sNativeValidationFailurePolicy})
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the policy engine: %w", Name, err)
 	}
