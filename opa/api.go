@@ -89,13 +89,20 @@ type NodeVerdict struct {
 type ConstraintTrace struct {
 	Constraint policy.ConstraintKey `json:"constraint"`
 	Action     policy.Action        `json:"action"`
-	Violations []string             `json:"violations,omitempty"`
+	// Engine is the engine its template runs on: Rego or
+	// K8sNativeValidation (CEL).
+	Engine     string   `json:"engine"`
+	Violations []string `json:"violations,omitempty"`
+	// Validations are, on CEL, the validations (1 for the template's
+	// first) that Violations failed or errored on, one each; 0 where the
+	// match conditions or the variables errored.
+	Validations []int `json:"validations,omitempty"`
 	// Memoised is true when the verdict came from the memo.
 	Memoised bool `json:"memoised"`
 	// PerPod is true when the template cannot read the node, so the verdict
 	// was computed once for the pod.
 	PerPod bool `json:"perPod"`
-	// Evaluated says how often the constraint runs Rego: "per pod class",
+	// Evaluated says how often the constraint's code runs: "per pod class",
 	// "per (pod class, node class)", ... "per (pod, node)".
 	Evaluated string `json:"evaluated"`
 	// Why names what makes it costlier than once per (pod class, node
@@ -150,6 +157,9 @@ type Status struct {
 type TemplateStatus struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
+	// Engine is the engine its code runs on: Rego, or K8sNativeValidation
+	// (CEL), chosen as Gatekeeper chooses (Options.DisableK8sNativeValidation).
+	Engine string `json:"engine,omitempty"`
 	// Active is true when a compiled version is in force (possibly an older
 	// one, if Error is set).
 	Active bool `json:"active"`

@@ -1,9 +1,14 @@
 package opa_test
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -92,6 +97,33 @@ func TestCELTemplates(t *testing.T) {
 	}
 }
 
+// TestCELExplain: the trace names each constraint's engine and, on CEL,
+// the validation each violation failed.
+func TestCELExplain(t *testing.T) {
+	e := celEngine(t, opa.Options{})
+	p := pod("default", "web")
+	spec(p)["containers"] = []any{map[string]any{"name": "a", "image": "nginx:latest"}}
+	pl, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: celNodes[:1], Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, tr := range pl.Trace(0) {
+		got[tr.Constraint.Name] = fmt.Sprintf("%s %v", tr.Engine, tr.Validations)
+	}
+	want := map[string]string{
+		"owner-annotation": "K8sNativeValidation [1 3 4]",
+		"team":             "K8sNativeValidation [1]",
+		"no-gpu-nodes":     "K8sNativeValidation []",
+		"team-ignored":     "K8sNativeValidation []",
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: engine and validations %q, want %q", name, got[name], w)
+		}
+	}
+}
+
 // TestCELEvaluationCounts: a CEL template that does not read spec.nodeName
 // is judged once per pod class, one that does once per node; a value only
 // printed in a message (the pod's name) is not part of the class, and a
@@ -142,4 +174,75 @@ func TestCELEngineChoice(t *testing.T) {
 	if _, err := opa.New(t.Context(), opa.Options{DefaultK8sNativeValidationFailurePolicy: "Sometimes"}); err == nil {
 		t.Error("an unknown default failure policy was accepted")
 	}
+}
+
+// TestCELUnderChurn evaluates pods on several goroutines while the CEL
+// placement constraint's parameters and a CEL template's code change
+// underneath (run it with -race): the constraints nothing changes answer
+// as an engine without memo, and each answer of the changing constraint
+// is one of its versions'.
+func TestCELUnderChurn(t *testing.T) {
+	e := celEngine(t, opa.Options{Parallelism: 2})
+	ref := celEngine(t, opa.Options{DisableMemo: true})
+	objs := load(t, "testdata/cel/policies.yaml")
+	var prefix, matched *unstructured.Unstructured
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "K8sCelNodePrefix":
+			prefix = o
+		case o.GetName() == "k8scelmatched":
+			matched = o
+		}
+	}
+	allowed := map[string]bool{"": true, "pod web-0 may not run on node gpu-0": true, "pod web-0 may not run on node cpu-0": true, "pod web-0 may not run on node cpu-1": true}
+	work := func(w, i int) error {
+		p := pod("default", "web-0")
+		p["metadata"].(map[string]any)["labels"] = map[string]any{"tier": []string{"blocked", "open"}[i%2], "team": "a"}
+		got, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: celNodes})
+		if err != nil {
+			return err
+		}
+		want, err := ref.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: celNodes})
+		if err != nil {
+			return err
+		}
+		for n := range got.Nodes {
+			g, w := without(got.Violations(n), "K8sCelNodePrefix", "K8sCelMatched"), without(want.Violations(n), "K8sCelNodePrefix", "K8sCelMatched")
+			if !reflect.DeepEqual(g, w) {
+				return fmt.Errorf("node %s during churn:\n got  %v\n want %v", got.Nodes[n].Name, g, w)
+			}
+			for _, v := range got.Violations(n) {
+				if v.Constraint.Kind == "K8sCelNodePrefix" && !allowed[v.Message] {
+					return fmt.Errorf("node %s: %q is no version's message", got.Nodes[n].Name, v.Message)
+				}
+			}
+		}
+		return nil
+	}
+	change := func(i int) error {
+		c := prefix.DeepCopy()
+		unstructured.SetNestedField(c.Object, []string{"gpu-", "cpu-"}[i%2], "spec", "parameters", "prefix")
+		m := matched.DeepCopy()
+		m.SetResourceVersion(fmt.Sprint(i))
+		code, _, _ := unstructured.NestedSlice(m.Object, "spec", "targets")
+		target := code[0].(map[string]any)
+		src := target["code"].([]any)[0].(map[string]any)["source"].(map[string]any)
+		src["validations"] = []any{map[string]any{"expression": []string{`object.metadata.labels["tier"] != "blocked"`, `true`}[i%2], "message": "tier blocked"}}
+		if errs := e.Apply(t.Context(), []opa.Change{{Object: c}, {Object: m}}); len(errs) > 0 {
+			return fmt.Errorf("apply: %v", errs)
+		}
+		return nil
+	}
+	churn(t, time.Second, 5*time.Millisecond, 3, work, change)
+}
+
+// without drops the violations of the given kinds.
+func without(vs []opa.Violation, kinds ...string) []opa.Violation {
+	var out []opa.Violation
+	for _, v := range vs {
+		if !slices.Contains(kinds, v.Constraint.Kind) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

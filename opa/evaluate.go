@@ -820,10 +820,13 @@ func (r *request) recordCommon(p *Placement, bc *policyset.BoundConstraint, orde
 }
 
 func (r *request) trace(bc *policyset.BoundConstraint, res []verdict.Result, hit, perPod bool, d time.Duration) ConstraintTrace {
-	t := ConstraintTrace{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Memoised: hit, PerPod: perPod, Duration: d,
+	t := ConstraintTrace{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Engine: bc.Template.Program.Engine(), Memoised: hit, PerPod: perPod, Duration: d,
 		Evaluated: string(bc.Class), Why: bc.Analysis.Why, Keyed: r.keptPrinted(bc)}
 	for _, x := range res {
 		t.Violations = append(t.Violations, x.Msg)
+		if x.Listed {
+			t.Validations = append(t.Validations, int(x.Validation))
+		}
 	}
 	return t
 }

@@ -28,6 +28,7 @@ func (e *Engine) Status() Status {
 		}
 		if st.current != nil {
 			ts.Kind = st.current.Kind
+			ts.Engine = st.current.Engine
 			ts.ObservedGeneration = st.current.Generation
 			if ct := snap.Templates[st.current.Kind]; ct != nil && ct.Template == st.current {
 				ts.PerPod = ct.Analysis.PerPod()

@@ -107,10 +107,10 @@ var notReadKey = ast.VarTerm("$notread")
 type planKind uint8
 
 const (
-	planValue planKind = iota // the value at keys
-	planEach                  // list, then each element
-	planKeys                  // the keys of the object at list
-	planPresent               // whether list holds a value
+	planValue   planKind = iota // the value at keys
+	planEach                    // list, then each element
+	planKeys                    // the keys of the object at list
+	planPresent                 // whether list holds a value
 )
 
 // lookupPlan reads a path below a value (no When).

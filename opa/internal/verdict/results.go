@@ -3,6 +3,7 @@ package verdict
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -20,8 +21,10 @@ type Result struct {
 	// verdict is never remembered.
 	Transient bool
 	// Listed: the result belongs to a list of violations (CEL's), whose
-	// order and duplicates stand.
-	Listed bool
+	// order and duplicates stand; Validation is the validation it failed
+	// (1 for the first; 0: an error denied).
+	Listed     bool
+	Validation uint16
 }
 
 // ResultBytes is what res costs the memo, roughly.
@@ -101,7 +104,13 @@ func Results(items []any, ph *Placeholders, list bool) []Result {
 			continue
 		}
 		seen[k] = true
-		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg), Listed: list})
+		var validation uint16
+		if list {
+			if v, ok := m["validation"].(int); ok && v > 0 && v <= math.MaxUint16 {
+				validation = uint16(v)
+			}
+		}
+		out = append(out, Result{Msg: msg, Details: b, MsgText: ph.Cut(msg), DetailsText: ph.Cut(string(b)), MsgPlain: isPlain(msg), Listed: list, Validation: validation})
 	}
 	if !list {
 		SortResults(out)

@@ -76,27 +76,35 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 	if in.Constraint != nil {
 		params = in.Constraint
 	}
-	msgs := p.decide(ctx, attr, params, ns)
+	denials := p.decide(ctx, attr, params, ns)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	items := make([]any, len(msgs))
-	for i, m := range msgs {
-		items[i] = map[string]any{"msg": m}
+	items := make([]any, len(denials))
+	for i, d := range denials {
+		items[i] = map[string]any{"msg": d.message, "validation": d.validation}
 	}
 	return items, nil
 }
 
+// denial is one Deny decision: its message, and the validation that
+// failed or errored (1 for the first; 0 when the match conditions or the
+// variables errored).
+type denial struct {
+	message    string
+	validation int
+}
+
 // decide is the decision of k8s.io/apiserver's ValidatingAdmissionPolicy
-// validator (validating.validator.Validate), as Gatekeeper calls it: the
-// messages of its Deny decisions. It is kept here, not imported, because
-// that package carries the whole admission policy plugin.
-func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttributes, params runtime.Object, ns *corev1.Namespace) []string {
-	onError := func(err error) []string {
+// validator (validating.validator.Validate), as Gatekeeper calls it: its
+// Deny decisions. It is kept here, not imported, because that package
+// carries the whole admission policy plugin.
+func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttributes, params runtime.Object, ns *corev1.Namespace) []denial {
+	onError := func(err error) []denial {
 		if p.policy == admissionregistrationv1.Ignore {
 			return nil
 		}
-		return []string{err.Error()}
+		return []denial{{message: err.Error()}}
 	}
 	if m := p.matcher.Match(ctx, attr, params, nil); m.Error != nil {
 		return onError(m.Error)
@@ -128,25 +136,33 @@ func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttribute
 	if failed {
 		messages, _, err = p.messages.ForInput(ctx, attr, request, vars, namespace, remaining)
 	}
-	var out []string
+	var out []denial
 	for i, r := range results {
 		v, _ := r.ExpressionAccessor.(*validation)
 		switch {
 		case v == nil:
 			continue
 		case r.Error != nil:
-			out = append(out, onError(r.Error)...)
+			out = append(out, ofValidation(onError(r.Error), i)...)
 		case errors.Is(err, apiservercel.ErrInternal) || errors.Is(err, apiservercel.ErrOutOfBudget):
-			out = append(out, onError(fmt.Errorf("failed messageExpression: %s", err))...)
+			out = append(out, ofValidation(onError(fmt.Errorf("failed messageExpression: %s", err)), i)...)
 		case r.EvalResult != celtypes.True:
 			var msg *plugincel.EvaluationResult
 			if i < len(messages) {
 				msg = &messages[i]
 			}
-			out = append(out, denyMessage(v, msg))
+			out = append(out, denial{message: denyMessage(v, msg), validation: i + 1})
 		}
 	}
 	return out
+}
+
+// ofValidation marks denials as validation i's.
+func ofValidation(ds []denial, i int) []denial {
+	for k := range ds {
+		ds[k].validation = i + 1
+	}
+	return ds
 }
 
 // denyMessage is a failed validation's message: its messageExpression's
