@@ -18,7 +18,9 @@
 //   - internal/verdict: a violation set as Gatekeeper reads it, deny
 //     messages, and the placeholders of printed values.
 //   - internal/drivers: the evaluator seam (Program: Analyze, Eval,
-//     Helper); internal/drivers/rego is its Rego driver.
+//     Helper); internal/drivers/rego is its Rego driver and
+//     internal/drivers/cel its CEL (K8sNativeValidation) driver, the
+//     engine Gatekeeper runs a template on when it carries CEL code.
 //   - internal/policyset: the immutable policy set a request reads: the
 //     compiled templates and the bound constraints with their memo keys'
 //     paths.

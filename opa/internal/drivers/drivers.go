@@ -6,8 +6,8 @@
 // violation set of one review.
 //
 // The engine's fast path (memo keys, node classes, answer reuse, message
-// placeholders) works from what Analyze says and from Eval alone, so a new
-// engine is a new driver beside drivers/rego. This package knows neither
+// placeholders) works from what Analyze says and from Eval alone, so an
+// engine is a driver: drivers/rego and drivers/cel. This package knows neither
 // the memo nor a request; drivers know neither the memo nor HTTP.
 package drivers
 
