@@ -15,7 +15,7 @@ import (
 
 // celEngine is an engine holding testdata/cel/policies.yaml and three
 // Nodes, two of them outside the gpu- prefix.
-func celEngine(t *testing.T, opts opa.Options) *opa.Engine {
+func celEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
 	e := newEngine(t, opts, "testdata/cel/policies.yaml")
 	apply(t, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
@@ -60,7 +60,7 @@ func TestCELTemplates(t *testing.T) {
 			}
 		},
 		want: []string{
-			"cpu-0 tier tier blocked",
+			"cpu-0 tier tier blocked: web",
 			"cpu-0 owner-annotation too many containers",
 			"cpu-0 owner-annotation " + latest,
 			"cpu-0 owner-annotation " + latest,
@@ -245,4 +245,34 @@ func without(vs []opa.Violation, kinds ...string) []opa.Violation {
 		}
 	}
 	return out
+}
+
+// FuzzCELPods judges fuzzed pods (names, labels, annotations, images,
+// with quotes, spaces and newlines) with testdata/cel/policies.yaml on an
+// engine with memo and one without: the same violations, whatever the
+// values the memo key leaves out and the placeholders stand for.
+func FuzzCELPods(f *testing.F) {
+	f.Add("web", "blocked", "a", "nginx:latest", true)
+	f.Add(" web ", "open", "", "x", false)
+	f.Add("web ", "blocked", "a", "x", false) // printed last: the message is trimmed
+	f.Add("we\"b\n", "", "\x00", "nginx:1", true)
+	f.Add("gpu-", "tier", "team", "a:latest:latest", false)
+	memo, exact := celEngine(f, opa.Options{}), celEngine(f, opa.Options{DisableMemo: true})
+	f.Fuzz(func(t *testing.T, name, tier, team, image string, owner bool) {
+		p := pod("default", name)
+		md := p["metadata"].(map[string]any)
+		labels := map[string]any{}
+		if tier != "" {
+			labels["tier"] = tier
+		}
+		if team != "" {
+			labels["team"] = team
+		}
+		md["labels"] = labels
+		if owner {
+			md["annotations"] = map[string]any{"owner": name}
+		}
+		spec(p)["containers"] = []any{map[string]any{"name": name, "image": image}}
+		sameAsWithoutMemo(t, memo, exact, p, celNodes)
+	})
 }

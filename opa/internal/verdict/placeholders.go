@@ -102,8 +102,9 @@ type MsgSlot struct {
 }
 
 // substitutable reports whether a real value can stand where the
-// placeholder was: a string, and one that %q prints as "value" when a
-// flow quotes it.
+// placeholder was: a string, and, when a flow quotes it, one that %q
+// prints as "value" and that has no space at either end (CEL's printed
+// paths are quoted too: a CEL message is trimmed and must be one line).
 func Substitutable(t *ast.Term, quote bool) (string, bool) {
 	if t == nil {
 		return "", false
@@ -112,7 +113,7 @@ func Substitutable(t *ast.Term, quote bool) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if quote && strconv.Quote(string(s)) != `"`+string(s)+`"` {
+	if quote && (strconv.Quote(string(s)) != `"`+string(s)+`"` || strings.TrimSpace(string(s)) != string(s)) {
 		return "", false
 	}
 	return string(s), true
