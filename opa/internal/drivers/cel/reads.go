@@ -310,8 +310,12 @@ func (r *reader) readsOf(name string) [][]string {
 // reaches (above, at or below it) is a message path: the engine leaves it
 // out of the memo key and evaluates with a placeholder in its place.
 // Printed values are quoted (analysis.MessagePath.Quote): only values
-// with no control character, quote or backslash are substituted, so that
-// none can make a message multi-line.
+// with no control character, quote or backslash and no space at either end
+// are substituted, so that none can make a message multi-line or change
+// what trimming it removes. One gap remains: a message within a few hundred
+// bytes of the 5 KiB bound is measured with the placeholder's length, not
+// the value's, so a value that would carry it across the bound (and turn it
+// into the validation's message or the fallback text) is not seen to.
 func result(reads, printed [][]string) *analysis.Result {
 	paths := minimal(reads)
 	a := &analysis.Result{}
