@@ -1,0 +1,108 @@
+package cel
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+)
+
+// TestAnalyze checks what the CEL analysis says a template reads: the
+// review paths of its memo key, the paths it only prints, and whether it
+// sees the candidate's name.
+func TestAnalyze(t *testing.T) {
+	tests := []struct {
+		name     string
+		src      gatekeeper.CELSource
+		reads    []string
+		printed  []string
+		nodeName bool
+	}{{
+		name:  "containers through a macro",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.containers.all(c, !c.image.endsWith(":latest"))`}}},
+		reads: []string{".review.object.spec.containers"},
+	}, {
+		name:  "has() reads presence; a constant key reads one key",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `has(object.metadata.labels) && object.metadata.labels["team"] == "a"`}}},
+		reads: []string{".review.object.metadata.labels.(present)", ".review.object.metadata.labels.team"},
+	}, {
+		name:  "a key computed at run time reads the whole map",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.metadata.labels[object.metadata.namespace] == "x"`}}},
+		reads: []string{".review.object.metadata.labels", ".review.object.metadata.namespace"},
+	}, {
+		name: "anyObject and params through variables",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "ports", Expression: `variables.anyObject.spec.containers.map(c, c.ports)`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.ports) < variables.params.max`}},
+		},
+		reads: []string{".review.object.spec.containers", ".review.oldObject.spec.containers", ".review.operation"},
+	}, {
+		name: "a printed name is left out of the key",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
+			Expression:        `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`,
+			MessageExpression: `"hostNetwork is not allowed, pod: " + variables.anyObject.metadata.name`,
+		}}},
+		reads:   []string{".review.object.spec.hostNetwork"},
+		printed: []string{".review.object.metadata.name"},
+	}, {
+		name: "a printed value also read stays in the key",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
+			Expression:        `object.metadata.name != "x"`,
+			MessageExpression: `"pod " + object.metadata.name`,
+		}}},
+		reads: []string{".review.object.metadata.name"},
+	}, {
+		name: "a value transformed in the message is read",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
+			Expression:        `false`,
+			MessageExpression: `"pod " + object.metadata.name.upperAscii()`,
+		}}},
+		reads: []string{".review.object.metadata.name"},
+	}, {
+		name:     "the candidate's name",
+		src:      gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `!object.spec.nodeName.startsWith("gpu-")`}}},
+		reads:    []string{".review.object.spec.nodeName"},
+		nodeName: true,
+	}, {
+		name:     "the whole spec holds the candidate's name",
+		src:      gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec == object.spec`}}},
+		reads:    []string{".review.object.spec"},
+		nodeName: true,
+	}, {
+		name:  "match conditions, the request and the namespace",
+		src:   gatekeeper.CELSource{MatchConditions: []gatekeeper.CELNamed{{Name: "ns", Expression: `request.namespace != "kube-system"`}}, Validations: []gatekeeper.CELValidation{{Expression: `namespaceObject.metadata.labels.env == "prod"`}}},
+		reads: []string{".review.namespace", ".review.namespaceObject.metadata.labels.env"},
+	}, {
+		name:  "a comprehension variable shadows a root",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.volumes.all(object, has(object.hostPath))`}}},
+		reads: []string{".review.object.spec.volumes"},
+	}, {
+		name:  "an expression that does not parse reads nothing",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
+		reads: nil,
+	}}
+	d := New()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &tc.src, FailurePolicy: gatekeeper.FailurePolicyFail})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := p.Analyze(nil)
+			var reads, printed []string
+			for _, r := range a.InputPaths {
+				reads = append(reads, analysis.PathString(r))
+			}
+			for _, m := range a.Messages {
+				printed = append(printed, analysis.PathString(m.Path))
+				if !m.Quote || m.Root != analysis.Input {
+					t.Errorf("printed path %s: root %v, quote %v", analysis.PathString(m.Path), m.Root, m.Quote)
+				}
+			}
+			if !reflect.DeepEqual(reads, tc.reads) || !reflect.DeepEqual(printed, tc.printed) || a.NodeNameObserved != tc.nodeName {
+				t.Errorf("reads %q, printed %q, node name %v;\nwant  %q, %q, %v", reads, printed, a.NodeNameObserved, tc.reads, tc.printed, tc.nodeName)
+			}
+		})
+	}
+}
