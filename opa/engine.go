@@ -255,7 +255,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 	}
 	e.refuseDuplicateKinds(b)
 
-	next, err := e.nextSnapshot(ctx, b, b.constraintsChanged)
+	next, err := e.nextSnapshot(ctx, b)
 	if err != nil {
 		for name, t := range b.templates {
 			if t != nil {
@@ -264,7 +264,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 			}
 		}
 		b.templates = map[string]*gatekeeper.Template{}
-		next, _ = e.nextSnapshot(ctx, b, b.constraintsChanged)
+		next, _ = e.nextSnapshot(ctx, b)
 	}
 	if ierrs := e.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
 		b.errs = append(b.errs, ierrs...)
@@ -418,10 +418,10 @@ func (e *Engine) templateState(name string) *templateState {
 // nextSnapshot builds the policy set that results from the batch's
 // changes. It compiles Rego only when templates changed, and CEL only for
 // the templates that changed.
-func (e *Engine) nextSnapshot(ctx context.Context, b *batch, constraintsChanged bool) (*policyset.Snapshot, error) {
+func (e *Engine) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapshot, error) {
 	cur := e.snap.Load()
 	changed := b.templates
-	if len(changed) == 0 && !constraintsChanged {
+	if len(changed) == 0 && !b.constraintsChanged {
 		return nil, nil
 	}
 	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiler: cur.Compiler, Templates: cur.Templates}
@@ -445,8 +445,9 @@ func (e *Engine) nextSnapshot(ctx context.Context, b *batch, constraintsChanged 
 }
 
 // compileTemplates compiles the whole set of templates in force after
-// changed: the Rego ones together, as the store will hold them; each CEL
-// one on its own, reused from cur when unchanged.
+// changed: the Rego ones together, as the store will hold them (unless no
+// Rego template changes: cur's compiler stays); each CEL one on its own,
+// reused from cur when unchanged.
 func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, celPrograms map[*gatekeeper.Template]*cel.Program) (*policyset.Snapshot, error) {
 	regoTemplates := map[string]*gatekeeper.Template{}
 	var celTemplates []*gatekeeper.Template
@@ -467,13 +468,20 @@ func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, 
 			add(name, t)
 		}
 	}
-	c, programs, err := e.rego.Compile(ctx, regoTemplates)
-	if err != nil {
-		return nil, err
-	}
-	out := &policyset.Snapshot{Compiler: c, Templates: make(map[string]*policyset.CompiledTemplate, len(programs)+len(celTemplates))}
-	for kind, p := range programs {
-		out.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
+	out := &policyset.Snapshot{Compiler: cur.Compiler, Templates: make(map[string]*policyset.CompiledTemplate, len(regoTemplates)+len(celTemplates))}
+	if e.regoChanges(changed) {
+		c, programs, err := e.rego.Compile(ctx, regoTemplates)
+		if err != nil {
+			return nil, err
+		}
+		out.Compiler = c
+		for kind, p := range programs {
+			out.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
+		}
+	} else {
+		for _, t := range regoTemplates {
+			out.Templates[t.Kind] = cur.Templates[t.Kind]
+		}
 	}
 	for _, t := range celTemplates {
 		if ct := cur.Templates[t.Kind]; ct != nil && ct.Template == t {
@@ -482,6 +490,7 @@ func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, 
 		}
 		p := celPrograms[t]
 		if p == nil {
+			var err error
 			if p, err = e.cel.Compile(t); err != nil {
 				return nil, fmt.Errorf("compile template %s: %w", t.Name, err)
 			}
@@ -489,6 +498,20 @@ func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, 
 		out.Templates[t.Kind] = policyset.NewCompiledTemplate(t, p)
 	}
 	return out, nil
+}
+
+// regoChanges says whether changed adds, replaces or removes Rego: only
+// then do the store's policies and the Rego compiler change.
+func (e *Engine) regoChanges(changed map[string]*gatekeeper.Template) bool {
+	for name, t := range changed {
+		if t != nil && len(t.Texts) > 0 {
+			return true
+		}
+		if st := e.templates[name]; st != nil && st.current != nil && len(st.current.Texts) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeViewAfter is the view the store keeps Nodes in after a commit that
@@ -552,7 +575,8 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		e.store.Abort(ctx, txn)
 		return append(errs, &ApplyError{Err: err})
 	}
-	if next != nil && len(templates) > 0 {
+	recompiled := next != nil && len(templates) > 0 && e.regoChanges(templates)
+	if recompiled {
 		plugins.SetCompilerOnContext(params.Context, next.Compiler)
 		e.pending = next
 	}
@@ -561,8 +585,8 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		return append(errs, &policy.ApplyError{Err: fmt.Errorf("commit: %w", err)})
 	}
 	if next != nil {
-		if len(templates) == 0 {
-			e.snap.Store(next) // constraints only: the compiler is unchanged
+		if !recompiled {
+			e.snap.Store(next) // constraints or CEL only: the compiler is unchanged
 		} else if e.pending != nil {
 			// The manager did not report the compiler change; install the
 			// snapshot anyway, its compiler is the one just committed.
