@@ -80,7 +80,11 @@ func TestCELTemplates(t *testing.T) {
 					continue
 				}
 				f := strings.SplitN(line, " ", 3)
-				msg := strings.TrimSuffix(f[2], " {}")
+				// CEL violations carry no details, as Gatekeeper's.
+				if !strings.HasSuffix(f[2], " ") || strings.HasSuffix(f[2], "{} ") {
+					t.Errorf("%q: want no details", line)
+				}
+				msg := strings.TrimSuffix(f[2], " ")
 				if f[1] == "team" {
 					t.Logf("evaluation error: %s", msg)
 					if !strings.Contains(msg, "no such key") {
@@ -275,4 +279,24 @@ func FuzzCELPods(f *testing.F) {
 		spec(p)["containers"] = []any{map[string]any{"name": name, "image": image}}
 		sameAsWithoutMemo(t, memo, exact, p, celNodes)
 	})
+}
+
+// TestCELErrorsNameWhereThePathBroke: an error's text names the key that
+// was missing (the labels, or the label in them), so pods that both lack
+// the label but differ in having labels at all get their own verdicts.
+func TestCELErrorsNameWhereThePathBroke(t *testing.T) {
+	memo, exact := celEngine(t, opa.Options{}), celEngine(t, opa.Options{DisableMemo: true})
+	withLabels := pod("default", "a")
+	withLabels["metadata"].(map[string]any)["labels"] = map[string]any{"x": "y"}
+	seen := map[string]bool{}
+	for _, p := range []map[string]any{withLabels, pod("default", "b"), withLabels} {
+		for _, line := range sameAsWithoutMemo(t, memo, exact, p, celNodes[:1]) {
+			if strings.Contains(line, " team ") {
+				seen[line[strings.Index(line, "no such key"):]] = true
+			}
+		}
+	}
+	if !seen["no such key: team "] || !seen["no such key: labels "] {
+		t.Errorf("errors seen: %v, want both the missing label and the missing labels", seen)
+	}
 }

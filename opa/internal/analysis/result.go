@@ -165,12 +165,13 @@ var Keys = ast.VarTerm("$keys")
 // IsKeys reports whether t is Keys.
 func IsKeys(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$keys" }
 
-// Present ends a path: only whether a value is there, whatever it is
-// (CEL's has(x.f)).
-var Present = ast.VarTerm("$present")
+// Shape ends a path: only what kind of value is there, if any (absent,
+// null, boolean, number, string, array or object): what CEL's has(x.f)
+// and the error of a select through a missing or mistyped value depend on.
+var Shape = ast.VarTerm("$shape")
 
-// IsPresent reports whether t is Present.
-func IsPresent(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$present" }
+// IsShape reports whether t is Shape.
+func IsShape(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "$shape" }
 
 // When begins a key path read only if the list at list has an element
 // whose values at every filter path hold (the members of a list set
@@ -298,8 +299,8 @@ func PathString(p []*ast.Term) string {
 			b.WriteString(".(keys)")
 			continue
 		}
-		if IsPresent(t) {
-			b.WriteString(".(present)")
+		if IsShape(t) {
+			b.WriteString(".(shape)")
 			continue
 		}
 		if h, ok := HelperOf(t); ok {

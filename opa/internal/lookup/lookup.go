@@ -107,10 +107,10 @@ var notReadKey = ast.VarTerm("$notread")
 type planKind uint8
 
 const (
-	planValue   planKind = iota // the value at keys
-	planEach                    // list, then each element
-	planKeys                    // the keys of the object at list
-	planPresent                 // whether list holds a value
+	planValue planKind = iota // the value at keys
+	planEach                  // list, then each element
+	planKeys                  // the keys of the object at list
+	planShape                 // the kind of value at list
 )
 
 // lookupPlan reads a path below a value (no When).
@@ -120,7 +120,7 @@ type lookupPlan struct {
 	// members).
 	keys []*ast.Term
 	// list is the path before the first Each (planEach), before Keys
-	// (planKeys) or before Present (planPresent).
+	// (planKeys) or before Shape (planShape).
 	list *lookupPlan
 	// filter are an EachWhere's guards, below the element; rest reads
 	// below each element (nil: the element itself); isLen: the path
@@ -145,8 +145,8 @@ func compilePlan(path []*ast.Term) *lookupPlan {
 	if n := len(path) - 1; n >= 0 && analysis.IsKeys(path[n]) {
 		return &lookupPlan{kind: planKeys, list: compilePlan(path[:n])}
 	}
-	if n := len(path) - 1; n >= 0 && analysis.IsPresent(path[n]) {
-		return &lookupPlan{kind: planPresent, list: compilePlan(path[:n])}
+	if n := len(path) - 1; n >= 0 && analysis.IsShape(path[n]) {
+		return &lookupPlan{kind: planShape, list: compilePlan(path[:n])}
 	}
 	return &lookupPlan{kind: planValue, keys: path}
 }
@@ -169,7 +169,7 @@ func compileFilter(filter [][]*ast.Term) []*lookupPlan {
 // value at the list is not an array, that value whole (Whole); a
 // path ending in Keys the array, in Rego's order, of the keys of an
 // object whose values are defined and not false (any other value whole);
-// a path ending in Present true or false.
+// a path ending in Shape the kind of value there (Undefined where none).
 // leaf, when not nil, gives the key of each value found at the end of the
 // path in place of the value itself: the answer of a helper on it
 // (analysis.Helper, helper.go).
@@ -182,8 +182,8 @@ func (p *lookupPlan) lookupThen(v ast.Value, leaf func(ast.Value) *ast.Term) *as
 		return p.each(v, leaf)
 	case planKeys:
 		return lookupKeys(p.list.lookupThen(v, nil))
-	case planPresent:
-		return ast.InternedTerm(p.list.lookupThen(v, nil) != Undefined)
+	case planShape:
+		return shapeOf(p.list.lookupThen(v, nil))
 	}
 	return valueAt(v, p.keys, leaf)
 }
@@ -349,7 +349,7 @@ func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *
 
 // plain reports whether path holds no Each and does not end in Keys.
 func plain(path []*ast.Term) bool {
-	return analysis.EachAt(path) < 0 && (len(path) == 0 || (!analysis.IsKeys(path[len(path)-1]) && !analysis.IsPresent(path[len(path)-1])))
+	return analysis.EachAt(path) < 0 && (len(path) == 0 || (!analysis.IsKeys(path[len(path)-1]) && !analysis.IsShape(path[len(path)-1])))
 }
 
 // findTerm is the term at path (not empty) below v (nil if there is none), found as
@@ -396,6 +396,26 @@ func findTerm(v ast.Value, path []*ast.Term) *ast.Term {
 func Whole(t *ast.Term) *ast.Term { return ast.CallTerm(wholeMarker, t) }
 
 var wholeMarker = ast.VarTerm("$whole")
+
+// shapes are the keys of Shape paths, one term per kind of value.
+var shapes = map[string]*ast.Term{}
+
+func init() {
+	for _, k := range []string{"null", "boolean", "number", "string", "array", "object", "set"} {
+		shapes[k] = ast.StringTerm(k)
+	}
+}
+
+// shapeOf is the value of path/Shape, t the value at path.
+func shapeOf(t *ast.Term) *ast.Term {
+	if t == Undefined {
+		return t
+	}
+	if s, ok := shapes[ast.ValueName(t.Value)]; ok {
+		return s
+	}
+	return Whole(t)
+}
 
 // lookupKeys is the value of path/Keys, t the value at path: the array,
 // in Rego's order, of the keys of an object whose values are defined and

@@ -71,7 +71,8 @@ func Memorable(res []Result) bool {
 // Results reads a violation set the way Gatekeeper's hook does: elements
 // without msg are dropped, a non-string msg is an error, details default to
 // {}, duplicates collapse, and results come sorted. A list (CEL's one
-// violation per failed validation) keeps its order and its duplicates.
+// violation per failed validation) keeps its order and its duplicates, and
+// has no details.
 // holes marks results that hold placeholder text.
 func Results(items []any, ph *Placeholders, list bool) []Result {
 	var out []Result
@@ -90,14 +91,18 @@ func Results(items []any, ph *Placeholders, list bool) []Result {
 			out = append(out, Result{Msg: fmt.Sprintf("invalid violation: msg is %T, want string", raw), Err: true})
 			continue
 		}
-		details, has := m["details"]
-		if !has {
-			details = map[string]any{}
-		}
-		b, err := json.Marshal(details)
-		if err != nil {
-			out = append(out, Result{Msg: fmt.Sprintf("invalid violation details: %v", err), Err: true})
-			continue
+		// A list's violations (CEL's) carry no details, as Gatekeeper's
+		// k8scel driver reports none; a set's default to {}.
+		var b []byte
+		if details, has := m["details"]; has || !list {
+			if !has {
+				details = map[string]any{}
+			}
+			var err error
+			if b, err = json.Marshal(details); err != nil {
+				out = append(out, Result{Msg: fmt.Sprintf("invalid violation details: %v", err), Err: true})
+				continue
+			}
 		}
 		k := msg + "\x00" + string(b)
 		if seen[k] && !list {

@@ -96,6 +96,9 @@ func (r *reader) print(e celast.Expr) {
 	if root, fields, rest, ok := chain(e, nil); ok && len(rest) == 0 && len(fields) > 0 && fields[len(fields)-1] != stopMark {
 		if p, ok := objectPath(root, fields); ok {
 			r.printed = append(r.printed, p)
+			for i := 1; i < len(p); i++ {
+				r.reads = append(r.reads, append(slices.Clone(p[:i]), shapeMark))
+			}
 			return
 		}
 	}
@@ -199,7 +202,7 @@ func chain(e celast.Expr, bound []string) (root string, fields []string, rest []
 		fields = appendField(fields, s.FieldName())
 		if s.IsTestOnly() && fields[len(fields)-1] != stopMark {
 			// has(x.f) reads whether x.f is there, not its value.
-			fields = append(fields, presentMark)
+			fields = append(fields, shapeMark)
 		}
 		return root, fields, rest, ok
 	case celast.CallKind:
@@ -221,11 +224,11 @@ func chain(e celast.Expr, bound []string) (root string, fields []string, rest []
 }
 
 // A path that met a step that is not a constant key ends there: stopMark
-// closes it, and no field is appended after it. presentMark ends the path
-// of a has() test (analysis.Present).
+// closes it, and no field is appended after it. shapeMark ends the path
+// of a has() test (analysis.Shape).
 const (
-	stopMark    = "\x00"
-	presentMark = "\x01"
+	stopMark  = "\x00"
+	shapeMark = "\x01"
 )
 
 func appendField(fields []string, f string) []string {
@@ -249,16 +252,16 @@ func (r *reader) read(root string, fields []string) {
 	}
 	switch root {
 	case "object", "oldObject", "namespaceObject":
-		r.reads = append(r.reads, append([]string{root}, fields...))
+		r.add(append([]string{root}, fields...))
 	case "request":
 		if len(fields) == 0 {
 			for _, f := range requestFields {
-				r.reads = append(r.reads, []string{f})
+				r.add([]string{f})
 			}
 			return
 		}
 		if f, ok := requestFields[fields[0]]; ok {
-			r.reads = append(r.reads, append([]string{f}, fields[1:]...))
+			r.add(append([]string{f}, fields[1:]...))
 		}
 		// The request's other fields (subResource, dryRun, options, uid)
 		// are the same for every pod review.
@@ -269,10 +272,26 @@ func (r *reader) read(root string, fields []string) {
 	// does not compile.
 }
 
+// add records a review path, and the shape of every value on the way to
+// it: a select through a missing or mistyped value fails with an error
+// that names where the path broke, and errors are verdicts (messages).
+func (r *reader) add(path []string) {
+	r.reads = append(r.reads, path)
+	end := len(path)
+	if end > 0 && path[end-1] == shapeMark {
+		end--
+	}
+	for i := 1; i < end; i++ {
+		r.reads = append(r.reads, append(slices.Clone(path[:i]), shapeMark))
+	}
+}
+
 // variable records the reads of variables.<name>.<fields>.
 func (r *reader) variable(fields []string) {
 	if len(fields) == 0 {
-		r.reads = append(r.reads, []string{"object"}, []string{"oldObject"}, []string{"operation"})
+		r.add([]string{"object"})
+		r.add([]string{"oldObject"})
+		r.add([]string{"operation"})
 		for name := range r.vars {
 			r.reads = append(r.reads, r.readsOf(name)...)
 		}
@@ -280,7 +299,9 @@ func (r *reader) variable(fields []string) {
 	}
 	switch name := fields[0]; name {
 	case "anyObject":
-		r.reads = append(r.reads, append([]string{"object"}, fields[1:]...), append([]string{"oldObject"}, fields[1:]...), []string{"operation"})
+		r.add(append([]string{"object"}, fields[1:]...))
+		r.add(append([]string{"oldObject"}, fields[1:]...))
+		r.add([]string{"operation"})
 	case "params":
 	default:
 		r.reads = append(r.reads, r.readsOf(name)...)
@@ -344,8 +365,8 @@ func minimal(reads [][]string) [][]*ast.Term {
 		p := make([]*ast.Term, 0, len(rd)+1)
 		p = append(p, ast.StringTerm("review"))
 		for _, f := range rd {
-			if f == presentMark {
-				p = append(p, analysis.Present)
+			if f == shapeMark {
+				p = append(p, analysis.Shape)
 			} else {
 				p = append(p, ast.StringTerm(f))
 			}

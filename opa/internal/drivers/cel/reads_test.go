@@ -21,29 +21,29 @@ func TestAnalyze(t *testing.T) {
 	}{{
 		name:  "containers through a macro",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.containers.all(c, !c.image.endsWith(":latest"))`}}},
-		reads: []string{".review.object.spec.containers"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers"},
 	}, {
-		name:  "has() reads presence; a constant key reads one key",
+		name:  "has() reads the shape; a constant key reads one key; and the shapes on the way",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `has(object.metadata.labels) && object.metadata.labels["team"] == "a"`}}},
-		reads: []string{".review.object.metadata.labels.(present)", ".review.object.metadata.labels.team"},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels.(shape)", ".review.object.metadata.labels.team"},
 	}, {
 		name:  "a key computed at run time reads the whole map",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.metadata.labels[object.metadata.namespace] == "x"`}}},
-		reads: []string{".review.object.metadata.labels", ".review.object.metadata.namespace"},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels", ".review.object.metadata.namespace"},
 	}, {
 		name: "anyObject and params through variables",
 		src: gatekeeper.CELSource{
 			Variables:   []gatekeeper.CELNamed{{Name: "ports", Expression: `variables.anyObject.spec.containers.map(c, c.ports)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.ports) < variables.params.max`}},
 		},
-		reads: []string{".review.object.spec.containers", ".review.oldObject.spec.containers", ".review.operation"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers", ".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers", ".review.operation"},
 	}, {
 		name: "a printed name is left out of the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
 			Expression:        `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`,
 			MessageExpression: `"hostNetwork is not allowed, pod: " + variables.anyObject.metadata.name`,
 		}}},
-		reads:   []string{".review.object.spec.hostNetwork"},
+		reads:   []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.spec.(shape)", ".review.object.spec.hostNetwork"},
 		printed: []string{".review.object.metadata.name"},
 	}, {
 		name: "a printed value also read stays in the key",
@@ -51,32 +51,32 @@ func TestAnalyze(t *testing.T) {
 			Expression:        `object.metadata.name != "x"`,
 			MessageExpression: `"pod " + object.metadata.name`,
 		}}},
-		reads: []string{".review.object.metadata.name"},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name"},
 	}, {
 		name: "a value transformed in the message is read",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
 			Expression:        `false`,
 			MessageExpression: `"pod " + object.metadata.name.upperAscii()`,
 		}}},
-		reads: []string{".review.object.metadata.name"},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name"},
 	}, {
 		name:     "the candidate's name",
 		src:      gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `!object.spec.nodeName.startsWith("gpu-")`}}},
-		reads:    []string{".review.object.spec.nodeName"},
+		reads:    []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.nodeName"},
 		nodeName: true,
 	}, {
 		name:     "the whole spec holds the candidate's name",
 		src:      gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec == object.spec`}}},
-		reads:    []string{".review.object.spec"},
+		reads:    []string{".review.object.(shape)", ".review.object.spec"},
 		nodeName: true,
 	}, {
 		name:  "match conditions, the request and the namespace",
 		src:   gatekeeper.CELSource{MatchConditions: []gatekeeper.CELNamed{{Name: "ns", Expression: `request.namespace != "kube-system"`}}, Validations: []gatekeeper.CELValidation{{Expression: `namespaceObject.metadata.labels.env == "prod"`}}},
-		reads: []string{".review.namespace", ".review.namespaceObject.metadata.labels.env"},
+		reads: []string{".review.namespace", ".review.namespaceObject.(shape)", ".review.namespaceObject.metadata.(shape)", ".review.namespaceObject.metadata.labels.(shape)", ".review.namespaceObject.metadata.labels.env"},
 	}, {
 		name:  "a comprehension variable shadows a root",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.volumes.all(object, has(object.hostPath))`}}},
-		reads: []string{".review.object.spec.volumes"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes"},
 	}, {
 		name:  "an expression that does not parse reads nothing",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
