@@ -285,10 +285,12 @@ func eachContainer(pod map[string]any, f func(map[string]any)) {
 // containers' names.
 //
 // The counts are the Rego analysis's (dual templates on Rego). On CEL the
-// verdicts are checked the same way, but container names stay in the key
-// of the dual templates: their CEL code builds lists of containers that
-// its validations count and its messages join, which the CEL analysis
-// reads whole (opa/internal/drivers/cel/reads.go).
+// verdicts are checked the same way, but the containers' names stay in the
+// key of the dual templates that print them: their CEL code maps the
+// containers it finds to messages (`.map(c, "..." + c.name)`), a value the
+// CEL analysis reads, element by element, where Rego's leaves a placeholder
+// (opa/internal/drivers/cel/reads.go). Their other fields are read element
+// by element on both.
 func TestLibraryListElements(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)

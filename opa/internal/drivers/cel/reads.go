@@ -7,6 +7,7 @@ import (
 	celgo "github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -14,8 +15,10 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 )
 
-// The review paths that the CEL variables stand for (the engine's review
-// is input.review: the AdmissionRequest plus namespaceObject).
+// The review paths that the CEL variable request's fields stand for (the
+// engine's review is input.review: the AdmissionRequest plus
+// namespaceObject). Its other fields (subResource, dryRun, options, uid)
+// are the same for every pod review.
 var requestFields = map[string]string{
 	"kind": "kind", "requestKind": "kind",
 	"resource": "resource", "requestResource": "resource",
@@ -23,17 +26,37 @@ var requestFields = map[string]string{
 	"operation": "operation", "userInfo": "userInfo",
 }
 
+// Marks inside a path (strings below input.review): shapeMark ends a path
+// whose value's kind only is read (analysis.Shape), eachMark stands for
+// every element of a list (analysis.Each); requestRoot and variablesRoot
+// are the CEL variables request and variables, resolved field by field.
+const (
+	shapeMark     = "\x01"
+	eachMark      = "\x02"
+	requestRoot   = "\x03request"
+	variablesRoot = "\x03variables"
+)
+
 // analyze says what the code reads of the review: the paths of the review
 // (input.review...) that the values of its validations, message
-// expressions, match conditions and variables can depend on. A path is
-// followed through field selections and constant keys; anything else
-// (a list's elements, a key computed at run time, a whole object handed to
-// a function) reads the value where the path stops, so the answer is
-// always sound and, for the usual `object.spec.containers.all(c, ...)`,
-// exact enough: a template that does not reach object.spec.nodeName is
-// judged once per pod class. The Constraint (params) is a constant.
+// expressions, match conditions and variables can depend on.
+//
+// Each expression is evaluated abstractly: a value is either computed (what
+// it depends on is recorded as read where it was computed) or taken from
+// the review, known by its origins: the paths it may be the value of, or
+// the paths whose values are the elements of a list it is (list literals,
+// concatenations, filter and map results). Selections and constant keys
+// follow an origin; iterating a list binds the element to path[_]
+// (analysis.Each), so `containers.filter(c, c.securityContext.privileged)
+// .map(c, c.name)` reads each container's securityContext.privileged and
+// name, not the containers whole; any other use (a function's argument, an
+// operand, a key computed at run time) reads the origins whole. Every
+// selection also reads the shape of what it selects from: its errors name
+// where a path broke. The Constraint (params) is a constant. So the answer
+// is always sound, and a template that does not reach
+// object.spec.nodeName is judged once per pod class.
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
-	r := &reader{env: env, vars: map[string]string{}, varReads: map[string][][]string{}, busy: map[string]bool{}}
+	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}}
 	for _, v := range src.Variables {
 		r.vars[v.Name] = v.Expression
 	}
@@ -51,13 +74,27 @@ func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
 	return result(r.reads, r.printed)
 }
 
+// origin is where a value comes from: the value at path, or (elems) a list
+// whose elements are values at path.
+type origin struct {
+	path  []string
+	elems bool
+}
+
+// value is what an expression's value may be made of: nil for a value
+// computed from what was recorded as read.
+type value []origin
+
+// scope binds the names of comprehensions' variables.
+type scope map[string]value
+
 type reader struct {
 	env *celgo.Env
-	// vars are the template's own variables' expressions, by name.
-	vars map[string]string
-	// varReads are their reads, once computed; busy guards a cycle.
-	varReads map[string][][]string
-	busy     map[string]bool
+	// vars are the template's own variables' expressions, by name;
+	// varValues their values once evaluated; busy guards a cycle.
+	vars      map[string]string
+	varValues map[string]value
+	busy      map[string]bool
 	// reads are review paths (below input.review).
 	reads [][]string
 	// printed are paths of the object that message expressions only
@@ -65,42 +102,45 @@ type reader struct {
 	printed [][]string
 }
 
-// expression records the reads of one expression. One that does not parse
-// reads nothing: it denies (or admits, under Ignore) every review alike.
-func (r *reader) expression(src string) {
+// parse is the expression's AST, or false when it does not parse: it
+// reads nothing then, as it denies (or admits, under Ignore) every review
+// alike.
+func (r *reader) parse(src string) (celast.Expr, bool) {
 	parsed, iss := r.env.Parse(src)
 	if iss != nil && iss.Err() != nil {
-		return
+		return nil, false
 	}
-	r.walk(parsed.NativeRep().Expr(), nil)
+	return parsed.NativeRep().Expr(), true
+}
+
+// expression records the reads of one expression, whose value is used.
+func (r *reader) expression(src string) {
+	if e, ok := r.parse(src); ok {
+		r.use(r.eval(e, nil))
+	}
 }
 
 // message records the reads of a message expression, and apart from them
 // the object's paths it only prints.
 func (r *reader) message(src string) {
-	parsed, iss := r.env.Parse(src)
-	if iss != nil && iss.Err() != nil {
-		return
+	if e, ok := r.parse(src); ok {
+		r.print(e)
 	}
-	r.print(parsed.NativeRep().Expr())
 }
 
 // print walks e, whose value becomes (part of) a message: a path of the
 // object that only reaches the message through string concatenation,
 // string() and the branches of a conditional is printed, not read.
 func (r *reader) print(e celast.Expr) {
-	if e.Kind() == celast.SelectKind && e.AsSelect().IsTestOnly() {
-		r.walk(e, nil)
-		return
-	}
-	if root, fields, rest, ok := chain(e, nil); ok && len(rest) == 0 && len(fields) > 0 && fields[len(fields)-1] != stopMark {
-		if p, ok := objectPath(root, fields); ok {
-			r.printed = append(r.printed, p)
-			for i := 1; i < len(p); i++ {
-				r.reads = append(r.reads, append(slices.Clone(p[:i]), shapeMark))
-			}
-			return
+	if p, anyObject, ok := objectChain(e); ok {
+		r.printed = append(r.printed, p)
+		r.shapes(p)
+		if anyObject {
+			// variables.anyObject is oldObject on a DELETE without object.
+			r.add(append([]string{"oldObject"}, p[1:]...))
+			r.add([]string{"operation"})
 		}
+		return
 	}
 	if e.Kind() == celast.CallKind {
 		c := e.AsCall()
@@ -111,7 +151,7 @@ func (r *reader) print(e celast.Expr) {
 			r.print(args[1])
 			return
 		case c.FunctionName() == operators.Conditional && len(args) == 3:
-			r.walk(args[0], nil)
+			r.use(r.eval(args[0], nil))
 			r.print(args[1])
 			r.print(args[2])
 			return
@@ -120,210 +160,333 @@ func (r *reader) print(e celast.Expr) {
 			return
 		}
 	}
-	r.walk(e, nil)
+	r.use(r.eval(e, nil))
 }
 
-// objectPath is the object's path (below the review) a chain stands for,
-// when it names one: object.x or variables.anyObject.x.
-func objectPath(root string, fields []string) ([]string, bool) {
-	switch {
-	case root == "object":
-		return append([]string{"object"}, fields...), true
-	case root == "variables" && len(fields) > 1 && fields[0] == "anyObject":
-		return append([]string{"object"}, fields[1:]...), true
-	}
-	return nil, false
-}
-
-// walk records the reads of e; bound are the comprehension variables in
-// scope (they shadow the roots).
-func (r *reader) walk(e celast.Expr, bound []string) {
-	if root, fields, rest, ok := chain(e, bound); ok {
-		r.read(root, fields)
-		for _, x := range rest {
-			r.walk(x, bound)
+// objectChain reads e as object.<fields> or variables.anyObject.<fields>
+// (at least one field, each a selection or a constant key): the object's
+// path, and whether it came through anyObject.
+func objectChain(e celast.Expr) (path []string, anyObject, ok bool) {
+	var fields []string
+	for {
+		switch e.Kind() {
+		case celast.SelectKind:
+			s := e.AsSelect()
+			if s.IsTestOnly() {
+				return nil, false, false
+			}
+			fields = append(fields, s.FieldName())
+			e = s.Operand()
+			continue
+		case celast.CallKind:
+			key, operand, ok := constantKey(e)
+			if !ok {
+				return nil, false, false
+			}
+			fields = append(fields, key)
+			e = operand
+			continue
+		case celast.IdentKind:
+			slices.Reverse(fields)
+			switch {
+			case e.AsIdent() == "object" && len(fields) > 0:
+				return append([]string{"object"}, fields...), false, true
+			case e.AsIdent() == "variables" && len(fields) > 1 && fields[0] == "anyObject":
+				return append([]string{"object"}, fields[1:]...), true, true
+			}
 		}
-		return
+		return nil, false, false
 	}
+}
+
+// constantKey reads e as operand[key] (or operand.?key, operand[?key])
+// with a constant string key.
+func constantKey(e celast.Expr) (key string, operand celast.Expr, ok bool) {
+	c := e.AsCall()
+	fn := c.FunctionName()
+	if (fn != operators.Index && fn != operators.OptIndex && fn != operators.OptSelect) || len(c.Args()) != 2 {
+		return "", nil, false
+	}
+	k := c.Args()[1]
+	if k.Kind() != celast.LiteralKind {
+		return "", nil, false
+	}
+	s, isString := k.AsLiteral().(types.String)
+	return string(s), c.Args()[0], isString
+}
+
+// eval is e's value in scope sc, recording what computing it reads.
+func (r *reader) eval(e celast.Expr, sc scope) value {
 	switch e.Kind() {
+	case celast.IdentKind:
+		return r.ident(e.AsIdent(), sc)
 	case celast.SelectKind:
-		r.walk(e.AsSelect().Operand(), bound)
+		s := e.AsSelect()
+		return r.selectField(r.eval(s.Operand(), sc), s.FieldName(), s.IsTestOnly())
 	case celast.CallKind:
-		c := e.AsCall()
-		if c.IsMemberFunction() {
-			r.walk(c.Target(), bound)
-		}
-		for _, a := range c.Args() {
-			r.walk(a, bound)
-		}
+		return r.call(e, sc)
 	case celast.ListKind:
+		var out value
 		for _, x := range e.AsList().Elements() {
-			r.walk(x, bound)
+			for _, o := range r.eval(x, sc) {
+				if o.elems {
+					r.add(o.path) // a list of lists: read whole
+					continue
+				}
+				out = append(out, origin{path: o.path, elems: true})
+			}
 		}
+		return out
 	case celast.MapKind:
 		for _, en := range e.AsMap().Entries() {
 			me := en.AsMapEntry()
-			r.walk(me.Key(), bound)
-			r.walk(me.Value(), bound)
+			r.use(r.eval(me.Key(), sc))
+			r.use(r.eval(me.Value(), sc))
 		}
 	case celast.StructKind:
 		for _, f := range e.AsStruct().Fields() {
-			r.walk(f.AsStructField().Value(), bound)
+			r.use(r.eval(f.AsStructField().Value(), sc))
 		}
 	case celast.ComprehensionKind:
-		c := e.AsComprehension()
-		r.walk(c.IterRange(), bound)
-		r.walk(c.AccuInit(), bound)
-		inner := append(slices.Clone(bound), c.IterVar(), c.AccuVar())
-		if c.HasIterVar2() {
-			inner = append(inner, c.IterVar2())
-		}
-		r.walk(c.LoopCondition(), inner)
-		r.walk(c.LoopStep(), inner)
-		r.walk(c.Result(), inner)
+		return r.comprehension(e.AsComprehension(), sc)
 	}
+	return nil
 }
 
-// chain reads e as a root variable followed by field selections and
-// constant keys: root, the fields, and the sub-expressions left to walk
-// (keys computed at run time). It stops at the first step that is not a
-// constant key: the value there is read whole.
-func chain(e celast.Expr, bound []string) (root string, fields []string, rest []celast.Expr, ok bool) {
-	switch e.Kind() {
-	case celast.IdentKind:
-		name := e.AsIdent()
-		if slices.Contains(bound, name) {
-			return "", nil, nil, false
-		}
-		return name, nil, nil, true
-	case celast.SelectKind:
-		s := e.AsSelect()
-		root, fields, rest, ok = chain(s.Operand(), bound)
-		fields = appendField(fields, s.FieldName())
-		if s.IsTestOnly() && fields[len(fields)-1] != stopMark {
-			// has(x.f) reads whether x.f is there, not its value.
-			fields = append(fields, shapeMark)
-		}
-		return root, fields, rest, ok
-	case celast.CallKind:
-		c := e.AsCall()
-		fn := c.FunctionName()
-		if (fn != operators.Index && fn != operators.OptIndex && fn != operators.OptSelect) || len(c.Args()) != 2 {
-			return "", nil, nil, false
-		}
-		root, fields, rest, ok = chain(c.Args()[0], bound)
-		key := c.Args()[1]
-		if key.Kind() == celast.LiteralKind {
-			if s, isString := key.AsLiteral().(types.String); isString {
-				return root, appendField(fields, string(s)), rest, ok
-			}
-		}
-		return root, stop(fields), append(rest, key), ok
+// ident is a name's value: a comprehension's variable, or one of the CEL
+// admission variables.
+func (r *reader) ident(name string, sc scope) value {
+	if v, ok := sc[name]; ok {
+		return v
 	}
-	return "", nil, nil, false
-}
-
-// A path that met a step that is not a constant key ends there: stopMark
-// closes it, and no field is appended after it. shapeMark ends the path
-// of a has() test (analysis.Shape).
-const (
-	stopMark  = "\x00"
-	shapeMark = "\x01"
-)
-
-func appendField(fields []string, f string) []string {
-	if len(fields) > 0 && fields[len(fields)-1] == stopMark {
-		return fields
-	}
-	return append(fields, f)
-}
-
-func stop(fields []string) []string {
-	if len(fields) > 0 && fields[len(fields)-1] == stopMark {
-		return fields
-	}
-	return append(fields, stopMark)
-}
-
-// read records what root.fields stands for in the review.
-func (r *reader) read(root string, fields []string) {
-	if n := len(fields); n > 0 && fields[n-1] == stopMark {
-		fields = fields[:n-1]
-	}
-	switch root {
+	switch name {
 	case "object", "oldObject", "namespaceObject":
-		r.add(append([]string{root}, fields...))
+		return value{{path: []string{name}}}
 	case "request":
-		if len(fields) == 0 {
-			for _, f := range requestFields {
-				r.add([]string{f})
-			}
-			return
-		}
-		if f, ok := requestFields[fields[0]]; ok {
-			r.add(append([]string{f}, fields[1:]...))
-		}
-		// The request's other fields (subResource, dryRun, options, uid)
-		// are the same for every pod review.
+		return value{{path: []string{requestRoot}}}
 	case "variables":
-		r.variable(fields)
+		return value{{path: []string{variablesRoot}}}
 	}
 	// params (the Constraint) and authorizer are constants; any other name
 	// does not compile.
+	return nil
 }
 
-// add records a review path, and the shape of every value on the way to
-// it: a select through a missing or mistyped value fails with an error
-// that names where the path broke, and errors are verdicts (messages).
+// selectField is v.f (has(v.f) when test): the origins below, and the
+// shapes it reads on the way.
+func (r *reader) selectField(v value, f string, test bool) value {
+	var out value
+	for _, o := range v {
+		switch {
+		case o.elems:
+			// A list has no fields: the selection fails alike for all.
+		case o.path[0] == variablesRoot:
+			if !test {
+				out = append(out, r.variable(f)...)
+			}
+		case o.path[0] == requestRoot:
+			if field, ok := requestFields[f]; ok {
+				p := []string{field}
+				if test {
+					r.add(append(p, shapeMark))
+				} else {
+					out = append(out, origin{path: p})
+				}
+			}
+		default:
+			r.add(append(slices.Clone(o.path), shapeMark))
+			p := append(slices.Clone(o.path), f)
+			if test {
+				r.add(append(p, shapeMark))
+			} else {
+				out = append(out, origin{path: p})
+			}
+		}
+	}
+	return out
+}
+
+// call is a function call's value: index, conditional and concatenation
+// keep origins, dyn() passes them on; any other function uses its
+// arguments whole and computes its value.
+func (r *reader) call(e celast.Expr, sc scope) value {
+	c := e.AsCall()
+	args := c.Args()
+	if key, operand, ok := constantKey(e); ok {
+		return r.selectField(r.eval(operand, sc), key, false)
+	}
+	switch fn := c.FunctionName(); {
+	case (fn == operators.Index || fn == operators.OptIndex) && len(args) == 2:
+		list := r.eval(args[0], sc)
+		r.use(r.eval(args[1], sc))
+		if args[1].Kind() == celast.LiteralKind {
+			if _, isInt := args[1].AsLiteral().(types.Int); isInt {
+				return r.elements(list) // one element: any of them
+			}
+		}
+		r.use(list)
+		return nil
+	case fn == operators.Conditional && len(args) == 3:
+		r.use(r.eval(args[0], sc))
+		return append(r.eval(args[1], sc), r.eval(args[2], sc)...)
+	case fn == operators.Add && len(args) == 2:
+		// Lists concatenate; strings and numbers are used whole anyway.
+		return append(r.eval(args[0], sc), r.eval(args[1], sc)...)
+	case fn == "dyn" && !c.IsMemberFunction() && len(args) == 1:
+		return r.eval(args[0], sc)
+	case fn == overloads.Size && (len(args) == 1) != c.IsMemberFunction():
+		x := c.Target()
+		if !c.IsMemberFunction() {
+			x = args[0]
+		}
+		r.size(r.eval(x, sc))
+		return nil
+	}
+	if c.IsMemberFunction() {
+		r.use(r.eval(c.Target(), sc))
+	}
+	for _, a := range args {
+		r.use(r.eval(a, sc))
+	}
+	return nil
+}
+
+// size records what the size of a value with origins v reads: how many
+// elements each origin list has (the shape of each), not their values. A
+// filter's result is as long as the elements its test kept, and the test's
+// reads are recorded where it ran. (A string or a map at an origin is read
+// whole: analysis.Each keys a value that is not a list whole.)
+func (r *reader) size(v value) {
+	for _, o := range v {
+		switch {
+		case o.path[0] == requestRoot || o.path[0] == variablesRoot:
+			r.use(value{o})
+		case o.elems:
+			r.add(append(slices.Clone(o.path), shapeMark))
+		default:
+			r.add(append(slices.Clone(o.path), eachMark, shapeMark))
+		}
+	}
+}
+
+// elements are the origins of the elements of a list with origins v.
+func (r *reader) elements(v value) value {
+	var out value
+	for _, o := range v {
+		if o.elems {
+			out = append(out, origin{path: o.path})
+			continue
+		}
+		if o.path[0] == requestRoot || o.path[0] == variablesRoot {
+			continue
+		}
+		r.add(append(slices.Clone(o.path), shapeMark))
+		out = append(out, origin{path: append(slices.Clone(o.path), eachMark)})
+	}
+	return out
+}
+
+// comprehension is a macro's value (all, exists, map, filter, ...): its
+// variable bound to the range's elements, its accumulator to what its
+// steps add, up to a fixed point.
+func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
+	elems := r.elements(r.eval(c.IterRange(), sc))
+	inner := scope{}
+	for k, v := range sc {
+		inner[k] = v
+	}
+	// With two variables the first is an index or a key: bound to the
+	// elements too, which reads more than it needs, never less.
+	inner[c.IterVar()] = elems
+	if c.HasIterVar2() {
+		inner[c.IterVar2()] = elems
+	}
+	accu := r.eval(c.AccuInit(), sc)
+	inner[c.AccuVar()] = accu
+	for range 3 {
+		next := union(accu, r.eval(c.LoopStep(), inner))
+		if len(next) == len(accu) {
+			break
+		}
+		accu = next
+		inner[c.AccuVar()] = accu
+	}
+	r.use(r.eval(c.LoopCondition(), inner))
+	return r.eval(c.Result(), inner)
+}
+
+// union is a and b's origins, each once.
+func union(a, b value) value {
+	out := slices.Clone(a)
+	for _, o := range b {
+		if !slices.ContainsFunc(out, func(x origin) bool { return x.elems == o.elems && slices.Equal(x.path, o.path) }) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// use records that v's origins are read whole.
+func (r *reader) use(v value) {
+	for _, o := range v {
+		switch o.path[0] {
+		case requestRoot:
+			for _, f := range requestFields {
+				r.add([]string{f})
+			}
+		case variablesRoot:
+			r.add([]string{"object"})
+			r.add([]string{"oldObject"})
+			r.add([]string{"operation"})
+			for name := range r.vars {
+				r.use(r.variable(name))
+			}
+		default:
+			r.add(o.path)
+		}
+	}
+}
+
+// add records a review path read.
 func (r *reader) add(path []string) {
 	r.reads = append(r.reads, path)
-	end := len(path)
-	if end > 0 && path[end-1] == shapeMark {
-		end--
-	}
-	for i := 1; i < end; i++ {
-		r.reads = append(r.reads, append(slices.Clone(path[:i]), shapeMark))
+}
+
+// shapes records the shapes of the values on the way to path, as the
+// selections that reach it read them.
+func (r *reader) shapes(path []string) {
+	for i := 1; i < len(path); i++ {
+		r.add(append(slices.Clone(path[:i]), shapeMark))
 	}
 }
 
-// variable records the reads of variables.<name>.<fields>.
-func (r *reader) variable(fields []string) {
-	if len(fields) == 0 {
-		r.add([]string{"object"})
-		r.add([]string{"oldObject"})
-		r.add([]string{"operation"})
-		for name := range r.vars {
-			r.reads = append(r.reads, r.readsOf(name)...)
-		}
-		return
-	}
-	switch name := fields[0]; name {
+// variable is variables.<name>'s value: Gatekeeper's anyObject (the
+// object, or oldObject on a DELETE without object) and params (a
+// constant), or the template's own, evaluated once.
+func (r *reader) variable(name string) value {
+	switch name {
 	case "anyObject":
-		r.add(append([]string{"object"}, fields[1:]...))
-		r.add(append([]string{"oldObject"}, fields[1:]...))
 		r.add([]string{"operation"})
+		r.add([]string{"object", shapeMark})
+		return value{{path: []string{"object"}}, {path: []string{"oldObject"}}}
 	case "params":
-	default:
-		r.reads = append(r.reads, r.readsOf(name)...)
+		return nil
 	}
-}
-
-// readsOf are the reads of a template variable's expression, whatever
-// part of its value is used.
-func (r *reader) readsOf(name string) [][]string {
-	if reads, ok := r.varReads[name]; ok {
-		return reads
+	if v, ok := r.varValues[name]; ok {
+		return v
 	}
 	src, ok := r.vars[name]
 	if !ok || r.busy[name] {
 		return nil
 	}
 	r.busy[name] = true
-	sub := &reader{env: r.env, vars: r.vars, varReads: r.varReads, busy: r.busy}
-	sub.expression(src)
+	var v value
+	if e, ok := r.parse(src); ok {
+		v = r.eval(e, nil)
+	}
 	r.busy[name] = false
-	r.varReads[name] = sub.reads
-	return sub.reads
+	r.varValues[name] = v
+	return v
 }
 
 // result is the analysis of reads: the minimal set of review paths, and
@@ -365,9 +528,12 @@ func minimal(reads [][]string) [][]*ast.Term {
 		p := make([]*ast.Term, 0, len(rd)+1)
 		p = append(p, ast.StringTerm("review"))
 		for _, f := range rd {
-			if f == shapeMark {
+			switch f {
+			case shapeMark:
 				p = append(p, analysis.Shape)
-			} else {
+			case eachMark:
+				p = append(p, analysis.Each)
+			default:
 				p = append(p, ast.StringTerm(f))
 			}
 		}
@@ -392,7 +558,7 @@ func minimal2(paths [][]*ast.Term) [][]*ast.Term {
 // related: some path of paths lies above, at or below p.
 func related(paths [][]*ast.Term, p []*ast.Term) bool {
 	for _, q := range paths {
-		if analysis.PrefixRelated(q, p) {
+		if isPrefix(q, p) || isPrefix(p, q) {
 			return true
 		}
 	}
@@ -402,9 +568,23 @@ func related(paths [][]*ast.Term, p []*ast.Term) bool {
 // covered: some path of paths is p or lies above it.
 func covered(paths [][]*ast.Term, p []*ast.Term) bool {
 	for _, q := range paths {
-		if len(q) <= len(p) && analysis.PrefixRelated(q, p) {
+		if isPrefix(q, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// isPrefix: q is p or lies above it, step for step (a Shape or an Each
+// step matches only itself: q.(shape) says nothing of q[_].x).
+func isPrefix(q, p []*ast.Term) bool {
+	if len(q) > len(p) {
+		return false
+	}
+	for i := range q {
+		if !q[i].Equal(p[i]) {
+			return false
+		}
+	}
+	return len(q) == 0 || !analysis.IsShape(q[len(q)-1]) || len(q) == len(p)
 }

@@ -19,9 +19,9 @@ func TestAnalyze(t *testing.T) {
 		printed  []string
 		nodeName bool
 	}{{
-		name:  "containers through a macro",
+		name:  "containers element by element through a macro",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.containers.all(c, !c.image.endsWith(":latest"))`}}},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].image"},
 	}, {
 		name:  "has() reads the shape; a constant key reads one key; and the shapes on the way",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `has(object.metadata.labels) && object.metadata.labels["team"] == "a"`}}},
@@ -31,19 +31,21 @@ func TestAnalyze(t *testing.T) {
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.metadata.labels[object.metadata.namespace] == "x"`}}},
 		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels", ".review.object.metadata.namespace"},
 	}, {
-		name: "anyObject and params through variables",
+		name: "anyObject and params through variables; a mapped list counted",
 		src: gatekeeper.CELSource{
 			Variables:   []gatekeeper.CELNamed{{Name: "ports", Expression: `variables.anyObject.spec.containers.map(c, c.ports)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.ports) < variables.params.max`}},
 		},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers", ".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers", ".review.operation"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].ports.(shape)",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)", ".review.oldObject.spec.containers[_].ports.(shape)", ".review.operation"},
 	}, {
 		name: "a printed name is left out of the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
 			Expression:        `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`,
 			MessageExpression: `"hostNetwork is not allowed, pod: " + variables.anyObject.metadata.name`,
 		}}},
-		reads:   []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.spec.(shape)", ".review.object.spec.hostNetwork"},
+		// Through anyObject: oldObject's on a DELETE without object.
+		reads:   []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.spec.(shape)", ".review.object.spec.hostNetwork", ".review.oldObject.metadata.name", ".review.operation"},
 		printed: []string{".review.object.metadata.name"},
 	}, {
 		name: "a printed value also read stays in the key",
@@ -76,7 +78,25 @@ func TestAnalyze(t *testing.T) {
 	}, {
 		name:  "a comprehension variable shadows a root",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.volumes.all(object, has(object.hostPath))`}}},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes"},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
+	}, {
+		name: "filter then map: each element's tested and printed fields",
+		src: gatekeeper.CELSource{
+			Variables: []gatekeeper.CELNamed{
+				{Name: "containers", Expression: `has(variables.anyObject.spec.containers) ? variables.anyObject.spec.containers : []`},
+				{Name: "bad", Expression: `variables.containers.filter(c, has(c.securityContext) && c.securityContext.privileged).map(c, "privileged: " + c.name)`},
+			},
+			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.join(", ")`}},
+		},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
+			".review.object.spec.containers[_].name", ".review.object.spec.containers[_].securityContext.(shape)", ".review.object.spec.containers[_].securityContext.privileged",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)",
+			".review.oldObject.spec.containers[_].name", ".review.oldObject.spec.containers[_].securityContext.(shape)", ".review.oldObject.spec.containers[_].securityContext.privileged",
+			".review.operation"},
+	}, {
+		name:  "a filtered list counted: the elements' count and what the test read",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size(object.spec.volumes.filter(v, has(v.hostPath))) == 0`}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
 	}, {
 		name:  "an expression that does not parse reads nothing",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
