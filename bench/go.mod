@@ -136,3 +136,8 @@ require (
 // The differential test (bench/diff) imports the main module's opa package
 // from the working tree.
 replace github.com/opa-scheduler-extender/opa-scheduler-extender => ../
+
+// The engine's CEL driver is compared with Gatekeeper's on the cel-go the
+// main module builds with (k8s.io/apiserver v0.37.2's), not the newer one
+// Gatekeeper's modules ask for.
+replace github.com/google/cel-go => github.com/google/cel-go v0.29.2
