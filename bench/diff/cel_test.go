@@ -377,33 +377,7 @@ func runCELMode(t *testing.T, m celMode, bin string, pols []policy, pods []gener
 		peerOut[ref.pod][ref.node] = peerOutcome(res, err)
 	}
 
-	variants := []engineVariant{
-		{name: "single", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			out := map[string]nodeVerdict{}
-			for _, nn := range g.nodes {
-				m, err := evaluate(ctx, engSingle, opa.PlacementRequest{Pod: g.obj, Candidates: []opa.Candidate{{Name: nn}}})
-				if err != nil {
-					return nil, err
-				}
-				out[nn] = m[nn]
-			}
-			return out, nil
-		}},
-		{name: "batch", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			req := opa.PlacementRequest{Pod: g.obj, Explain: true}
-			for _, nn := range g.nodes {
-				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn})
-			}
-			return evaluate(ctx, eng, req)
-		}},
-		{name: "objects", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			req := opa.PlacementRequest{Pod: g.obj}
-			for _, nn := range g.nodes {
-				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn, Object: nodeObj[nn]})
-			}
-			return evaluate(ctx, eng, req)
-		}},
-	}
+	variants := engineVariants(engSingle, eng, nodeObj)
 	engStart := time.Now()
 	env := &compareEnv{variants: variants, wantAction: wantAction, frameworkAction: frameworkAction, templateOf: templateOf}
 	var (

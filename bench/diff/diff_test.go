@@ -391,39 +391,7 @@ func TestDifferential(t *testing.T) {
 		before[i], _ = json.Marshal(pods[i].obj)
 	}
 
-	variants := []engineVariant{
-		{name: "single", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			// One request per candidate node, by name (nodeCacheCapable).
-			out := map[string]nodeVerdict{}
-			for _, nn := range g.nodes {
-				m, err := evaluate(ctx, engSingle, opa.PlacementRequest{Pod: g.obj, Candidates: []opa.Candidate{{Name: nn}}})
-				if err != nil {
-					return nil, err
-				}
-				out[nn] = m[nn]
-			}
-			return out, nil
-		}},
-		{name: "batch", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			// One request with every candidate, as the scheduler asks
-			// (node classes at work); Explain lists the matched constraints.
-			req := opa.PlacementRequest{Pod: g.obj, Explain: true}
-			for _, nn := range g.nodes {
-				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn})
-			}
-			return evaluate(ctx, eng, req)
-		}},
-		{name: "objects", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
-			// The same with the Node objects in the request (an extender
-			// that is not nodeCacheCapable): input.nodes replaces the
-			// inventory's Nodes.
-			req := opa.PlacementRequest{Pod: g.obj}
-			for _, nn := range g.nodes {
-				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn, Object: nodeObj[nn]})
-			}
-			return evaluate(ctx, eng, req)
-		}},
-	}
+	variants := engineVariants(engSingle, eng, nodeObj)
 
 	// The peer, the slow side, reviews in parallel in the background; the
 	// engines answer in pod order on this goroutine, so that their memos
@@ -694,4 +662,45 @@ func applyAll(ctx context.Context, engines []*opa.Engine, objs []*unstructured.U
 		}
 	}
 	return out
+}
+
+// engineVariants are the ways the service asks the engine about a pod:
+// one request per candidate (by name), one with every candidate (Explain
+// on), and one carrying the Node objects (full-nodes mode). engSingle
+// answers the first, eng the others, so that each fills and hits its memo
+// in its own pattern.
+func engineVariants(engSingle, eng *opa.Engine, nodeObj map[string]map[string]any) []engineVariant {
+	return []engineVariant{
+		{name: "single", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
+			// One request per candidate node, by name (nodeCacheCapable).
+			out := map[string]nodeVerdict{}
+			for _, nn := range g.nodes {
+				m, err := evaluate(ctx, engSingle, opa.PlacementRequest{Pod: g.obj, Candidates: []opa.Candidate{{Name: nn}}})
+				if err != nil {
+					return nil, err
+				}
+				out[nn] = m[nn]
+			}
+			return out, nil
+		}},
+		{name: "batch", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
+			// One request with every candidate, as the scheduler asks
+			// (node classes at work); Explain lists the matched constraints.
+			req := opa.PlacementRequest{Pod: g.obj, Explain: true}
+			for _, nn := range g.nodes {
+				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn})
+			}
+			return evaluate(ctx, eng, req)
+		}},
+		{name: "objects", eval: func(ctx context.Context, g *generatedPod) (map[string]nodeVerdict, error) {
+			// The same with the Node objects in the request (an extender
+			// that is not nodeCacheCapable): input.nodes replaces the
+			// inventory's Nodes.
+			req := opa.PlacementRequest{Pod: g.obj}
+			for _, nn := range g.nodes {
+				req.Candidates = append(req.Candidates, opa.Candidate{Name: nn, Object: nodeObj[nn]})
+			}
+			return evaluate(ctx, eng, req)
+		}},
+	}
 }
