@@ -118,13 +118,13 @@ func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttribute
 	if err != nil {
 		return onError(err)
 	}
-	// Message expressions are evaluated only when a validation failed:
-	// most reviews fail none. The validator evaluates them always, and
-	// their running out of budget or failing internally turns every
-	// validation that did not error into an error; here that holds for
-	// reviews some validation failed, the only ones whose verdict it
-	// could change from admit to deny without a validation failing being
-	// when messages alone exceed the budget.
+	// Message expressions are evaluated only when some validation failed:
+	// most reviews fail none. The validator evaluates them for every
+	// review, and when they run out of the cost budget (or fail
+	// internally) it turns every validation that did not error into an
+	// error. So one case differs: a review that passes every validation
+	// but whose message expressions alone exceed the budget is admitted
+	// here and denied there.
 	failed := false
 	for _, r := range results {
 		if r.Error == nil && r.EvalResult != celtypes.True {
