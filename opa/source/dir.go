@@ -6,6 +6,7 @@ package source
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -42,9 +43,10 @@ type Applier interface {
 // one that is half written) is reported and the objects it last held stay
 // in force until it parses again.
 //
-// Files are read as streams, document by document and list item by list
-// item (load.go): a file of thousands of Nodes, one `kubectl get nodes -o
-// yaml` included, is never held whole.
+// Files are parsed document by document and list item by list item
+// (load.go): a file of up to 4 MiB is read whole, once; a bigger one, such
+// as a `kubectl get nodes -o yaml` of thousands of Nodes, as streams,
+// never held whole.
 type Dir struct {
 	root     string
 	applier  Applier
@@ -66,12 +68,14 @@ type Dir struct {
 	// verify compares the files' content a slice per scan (verify.go).
 	verify         verifier
 	verifyInterval time.Duration
-	// br, hashBuf and hasher are reused from file to file and scan to
-	// scan (under mu): fresh buffers per file were garbage that paced the
-	// collector under the requests.
+	// br, hashBuf, hasher and whole (a small file read whole, load.go)
+	// are reused from file to file and scan to scan (under mu): fresh
+	// buffers per file were garbage that paced the collector under the
+	// requests.
 	br      *bufio.Reader
 	hashBuf []byte
 	hasher  hash.Hash
+	whole   bytes.Buffer
 	// refused are the objects the engine refused, by object, with why;
 	// batchErr is why the last Apply failed as a whole ("" when it did
 	// not).
@@ -251,7 +255,7 @@ type scan struct {
 
 // file reads one file if it may have changed since the last scan: its
 // modification time, size or identity (a link moved to another file)
-// changed. It is parsed again only when its content did change.
+// changed. It is parsed again only when its content did change (load).
 func (sc *scan) file(p string) {
 	d := sc.dir
 	st := d.files[p]
@@ -264,16 +268,6 @@ func (sc *scan) file(p string) {
 	}
 	if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
 		return
-	}
-	if st != nil {
-		sum, err := d.hashFile(p)
-		if err != nil {
-			return // removed or unreadable for now: the next scan sees it
-		}
-		if sum == st.sum {
-			st.info, st.modTime, st.size = info, info.ModTime(), info.Size()
-			return // touched, not changed
-		}
 	}
 	sc.load(p, st, info)
 }
@@ -342,14 +336,22 @@ func (sc *scan) finish() {
 		sc.apply(sc.policies)
 		return
 	}
-	held := map[objectKey]bool{}
-	for p, st := range d.files {
-		objects := st.objects
-		if next, changing := sc.changed[p]; changing {
-			objects = next
-		}
-		for k := range objects {
-			held[k] = true
+	// The objects gone from their file are deleted unless another file
+	// holds them. Usually there are none (a rewrite with the same
+	// objects): the set of every object held in the folder, which costs a
+	// map of every object (5000 Nodes: milliseconds and a megabyte of
+	// garbage per rewritten file), is built only when there are.
+	var held map[objectKey]bool
+	if sc.anyGone() {
+		held = map[objectKey]bool{}
+		for p, st := range d.files {
+			objects := st.objects
+			if next, changing := sc.changed[p]; changing {
+				objects = next
+			}
+			for k := range objects {
+				held[k] = true
+			}
 		}
 	}
 	changes := sc.policies
@@ -367,6 +369,19 @@ func (sc *scan) finish() {
 	}
 	sc.apply(sc.inventory)
 	sc.apply(changes)
+}
+
+// anyGone reports whether a changed file no longer holds an object it
+// held.
+func (sc *scan) anyGone() bool {
+	for p, next := range sc.changed {
+		for k := range sc.dir.files[p].objects {
+			if _, still := next[k]; !still {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (sc *scan) apply(changes []opa.Change) {

@@ -65,7 +65,9 @@ func nodeYAML(name, v string) string {
 	return "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + name + "\n  labels: {v: \"" + v + "\"}\n"
 }
 
-func TestDirSync(t *testing.T) {
+func TestDirSync(t *testing.T) { bothReads(t, testDirSync) }
+
+func testDirSync(t *testing.T) {
 	dir := t.TempDir()
 	rec := &recorder{objects: map[string]string{}}
 	d := NewDir(dir, rec, DirOptions{})
@@ -309,7 +311,9 @@ func TestDirFollowsLinks(t *testing.T) {
 // TestDirSeesContentChanges: a rewrite that keeps size and modification
 // time is found by the scan that verifies content; a touch that changes
 // nothing applies nothing.
-func TestDirSeesContentChanges(t *testing.T) {
+func TestDirSeesContentChanges(t *testing.T) { bothReads(t, testDirSeesContentChanges) }
+
+func testDirSeesContentChanges(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nodes.yaml")
 	write(t, path, nodeYAML("a", "1"))

@@ -69,7 +69,9 @@ func syncOnce(t *testing.T, d *Dir) {
 
 // TestDirReadsListsInChunks: a kubectl List of many Nodes reaches the
 // engine item by item, in chunks, and so does a typed list.
-func TestDirReadsListsInChunks(t *testing.T) {
+func TestDirReadsListsInChunks(t *testing.T) { bothReads(t, testDirReadsListsInChunks) }
+
+func testDirReadsListsInChunks(t *testing.T) {
 	const n = 2*inventoryChunk + 10
 	for _, tc := range []struct{ name, content string }{
 		{"List", nodeList(n, "1")},
@@ -110,7 +112,9 @@ func TestDirReadsListsInChunks(t *testing.T) {
 // TestDirBrokenFileChangesNothing: a file that breaks after hundreds of
 // good objects, in a list or in documents, leaves the engine as it was:
 // nothing added, updated or removed, until it parses again.
-func TestDirBrokenFileChangesNothing(t *testing.T) {
+func TestDirBrokenFileChangesNothing(t *testing.T) { bothReads(t, testDirBrokenFileChangesNothing) }
+
+func testDirBrokenFileChangesNothing(t *testing.T) {
 	const n = 600
 	docs := func(v string, count int) string {
 		var b strings.Builder
@@ -164,7 +168,9 @@ func TestDirBrokenFileChangesNothing(t *testing.T) {
 // TestDirNamesRefusedObjects: list items that are not objects, and objects
 // the engine refuses, are named by Ready and counted, until they are
 // fixed or gone.
-func TestDirNamesRefusedObjects(t *testing.T) {
+func TestDirNamesRefusedObjects(t *testing.T) { bothReads(t, testDirNamesRefusedObjects) }
+
+func testDirNamesRefusedObjects(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nodes.yaml")
 	list := "apiVersion: v1\nitems:\n" +
@@ -309,7 +315,9 @@ func forceVerify(d *Dir) {
 
 // TestDirListForms: the forms a list comes in are updated in place, and an
 // object whose items are not objects is one object.
-func TestDirListForms(t *testing.T) {
+func TestDirListForms(t *testing.T) { bothReads(t, testDirListForms) }
+
+func testDirListForms(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		content func(v string) string
@@ -361,5 +369,73 @@ func TestDirReleasesMemoryAfterBulkLoads(t *testing.T) {
 	syncOnce(t, d)
 	if released != 1 {
 		t.Errorf("memory released %d times, want 1 (after the first scan)", released)
+	}
+}
+
+// bothReads runs f with the files read as they are (every file of these
+// tests is small: read whole, parsed once), then with every file streamed
+// twice, as a file past wholeFileBytes is.
+func bothReads(t *testing.T, f func(t *testing.T)) {
+	for _, tc := range []struct {
+		name  string
+		bound int64
+	}{{"whole", wholeFileBytes}, {"streamed", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(bound int64) { wholeFileBytes = bound }(wholeFileBytes)
+			wholeFileBytes = tc.bound
+			f(t)
+		})
+	}
+}
+
+// TestDirParsesSmallFilesOnce: a changed file up to wholeFileBytes is
+// read and parsed once, a bigger one twice (streamed), and a file that
+// grew past the bound after it was listed is streamed.
+func TestDirParsesSmallFilesOnce(t *testing.T) {
+	defer func(bound int64) { wholeFileBytes = bound }(wholeFileBytes)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodes.yaml")
+	e := newEngineFake()
+	d := NewDir(dir, e, DirOptions{})
+	ctx := context.Background()
+	small, big := nodeList(10, "1"), nodeList(20, "2")
+	wholeFileBytes = int64(len(small))
+	for _, tc := range []struct {
+		content    string
+		wantLoaded int
+		want       string
+	}{
+		{small, len(small), "1:10"},             // new
+		{nodeList(10, "3"), len(small), "3:10"}, // rewritten
+		{big, 2 * len(big), "2:20"},             // past the bound: two passes
+		{small, len(small), "1:10"},             // back under it
+	} {
+		write(t, path, tc.content)
+		loaded, err := d.sync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(loaded) != tc.wantLoaded || e.summary() != tc.want {
+			t.Errorf("a file of %d bytes (bound %d): %d bytes parsed, engine %s; want %d, %s",
+				len(tc.content), wholeFileBytes, loaded, e.summary(), tc.wantLoaded, tc.want)
+		}
+	}
+
+	// Listed small, grown past the bound when read: streamed.
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, nodeList(20, "4"))
+	d.mu.Lock()
+	d.scans++
+	sc := &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{}}
+	st := d.files[path]
+	st.seen = d.scans
+	sc.load(path, st, info)
+	sc.finish()
+	d.mu.Unlock()
+	if got := e.summary(); got != "4:20" || sc.loaded != 2*int64(len(nodeList(20, "4"))) {
+		t.Errorf("a file grown past the bound: engine %s, %d bytes parsed", got, sc.loaded)
 	}
 }
