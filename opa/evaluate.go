@@ -651,12 +651,12 @@ func (r *request) evalNode(bc *policyset.BoundConstraint, i int, pod *podView, s
 	node, key := s.value, s.name
 	for _, m := range bc.NodeMsgs {
 		// The same test as project's, so the class key and the evaluation agree.
-		if _, ok := verdict.SubstitutableAt(s.value, m.Path, m.Quote); ok {
+		if _, ok := verdict.SubstitutableAt(s.value, m.Path, m.Quote, m.Trim); ok {
 			node, _ = verdict.SetPath(node, m.Path, ast.StringTerm(m.Text))
 		}
 	}
 	if m := bc.NameMsg; m != nil {
-		if _, ok := verdict.Substitutable(ast.StringTerm(s.name), m.Quote); ok {
+		if _, ok := verdict.Substitutable(ast.StringTerm(s.name), m.Quote, m.Trim); ok {
 			key = m.Text
 		}
 	}
@@ -918,7 +918,7 @@ func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.A
 	}
 	for _, m := range bc.NodeMsgs {
 		t := lookup.At(node, m.Path)
-		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote); ok {
+		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote, m.Trim); ok {
 			t = verdict.PlaceholderKey
 			printed = printed.withValue(verdict.NewBinding(m.Index, v))
 		}
@@ -926,7 +926,7 @@ func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.A
 	}
 	if m := bc.NameMsg; m != nil {
 		t := ast.StringTerm(name)
-		if _, ok := verdict.Substitutable(t, m.Quote); ok {
+		if _, ok := verdict.Substitutable(t, m.Quote, m.Trim); ok {
 			t = verdict.PlaceholderKey
 			printed = printed.withValue(verdict.NewBinding(m.Index, name))
 		}

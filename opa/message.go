@@ -47,7 +47,7 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 // keptWhy is why the value at path below v gets no placeholder ("" when
 // it gets one): walkMsgs' tests, in order.
 func (r *request) keptWhy(m *verdict.MsgSlot, v ast.Value, path []*ast.Term) string {
-	if s, ok := verdict.SubstitutableAt(v, path, m.Quote); ok {
+	if s, ok := verdict.SubstitutableAt(v, path, m.Quote, m.Trim); ok {
 		if r.absentFrom(m, s) {
 			return ""
 		}
@@ -66,6 +66,9 @@ func (r *request) keptWhy(m *verdict.MsgSlot, v ast.Value, path []*ast.Term) str
 	}
 	if _, ok := v.(ast.String); !ok {
 		return "not a string"
+	}
+	if m.Trim {
+		return "it has a space at an end or a character a one-line CEL message cannot hold"
 	}
 	return "printed with %q, which escapes it"
 }

@@ -71,7 +71,7 @@ func TestQuotedPlaceholderIsRegoSprintf(t *testing.T) {
 			want := regoSprintf(t, q, s)
 			b := verdict.Bindings{verdict.NewBinding(7, s)}
 			got := ph.Fill(withPlaceholder, b, nil, false)
-			_, ok := verdict.Substitutable(ast.StringTerm(s), quote)
+			_, ok := verdict.Substitutable(ast.StringTerm(s), quote, false)
 			if ok != (got == want) {
 				t.Errorf("%s of %q: substitutable %v, but filled %q and Rego printed %q", format, s, ok, got, want)
 			}

@@ -105,7 +105,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			r.walkEach(v, m, edits)
 			continue
 		}
-		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote); ok && m.Path[0].Equal(lookup.ReviewKey) && r.absentFrom(&m, s) {
+		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote, m.Trim); ok && m.Path[0].Equal(lookup.ReviewKey) && r.absentFrom(&m, s) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.Path[1:], text: m.Text})
@@ -182,7 +182,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, edits *[]reviewEdit) {
 	}
 	placed := false
 	for i := range entries {
-		s, ok := verdict.SubstitutableAt(arr.Elem(i).Value, rest, m.Quote)
+		s, ok := verdict.SubstitutableAt(arr.Elem(i).Value, rest, m.Quote, m.Trim)
 		if !ok || !r.absentFrom(&m, s) {
 			entries[i] = lookup.At(arr.Elem(i).Value, rest)
 			continue

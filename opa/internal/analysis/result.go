@@ -31,8 +31,9 @@ var NodeNamePath = []*ast.Term{ast.StringTerm("review"), ast.StringTerm("object"
 type MessagePath struct {
 	Root Root
 	Path []*ast.Term
-	// Quote: some flow prints it with %q.
-	Quote bool
+	// Quote: some flow prints it with %q. Trim: the message it is printed
+	// into is trimmed and must be one line (CEL's messageExpression).
+	Quote, Trim bool
 	// Absent are objects (paths below input) that the template looks up
 	// by keys built from the value (lookupkey.go): the value gets a
 	// placeholder only when no key of each contains it, nor placeholder

@@ -74,6 +74,9 @@ func podViewSig(msgs []verdict.MsgSlot) string {
 		if m.Quote {
 			sig.WriteByte('q')
 		}
+		if m.Trim {
+			sig.WriteByte('t')
+		}
 		for _, p := range m.Absent {
 			// Placeholders depend on these objects' keys too.
 			sig.WriteString("!" + analysis.PathString(p))
@@ -123,7 +126,7 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 	}
 	for _, m := range bc.Analysis.Messages {
 		idx, text := reg.Placeholders.Of(m.Root, m.Path)
-		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Index: idx, Text: text, Absent: m.Absent}
+		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Trim: m.Trim, Index: idx, Text: text, Absent: m.Absent}
 		if m.Root == analysis.Node {
 			bc.NodeMsgs = append(bc.NodeMsgs, slot)
 		} else {

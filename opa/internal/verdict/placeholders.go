@@ -90,10 +90,11 @@ func (ph *Placeholders) Text(i int) string { return ph.Prefix + strconv.Itoa(i) 
 
 // MsgSlot is one printed path of a bound constraint.
 type MsgSlot struct {
-	Path  []*ast.Term // below the input (review...) or the node
-	Quote bool
-	Index int
-	Text  string
+	Path []*ast.Term // below the input (review...) or the node
+	// Quote and Trim are analysis.MessagePath's.
+	Quote, Trim bool
+	Index       int
+	Text        string
 	// plan reads path in the pod's review (nil for the node's paths).
 	Plan *lookup.InputPlan
 	// absent are the objects (paths below input) the template looks up by
@@ -102,10 +103,11 @@ type MsgSlot struct {
 }
 
 // substitutable reports whether a real value can stand where the
-// placeholder was: a string, and, when a flow quotes it, one that %q
-// prints as "value" and that has no space at either end (CEL's printed
-// paths are quoted too: a CEL message is trimmed and must be one line).
-func Substitutable(t *ast.Term, quote bool) (string, bool) {
+// placeholder was: a string; one that %q prints as "value" when a flow
+// quotes it; and one with no space at either end when the message is
+// trimmed (CEL's: trim also holds quote, as a CEL message must be one
+// line).
+func Substitutable(t *ast.Term, quote, trim bool) (string, bool) {
 	if t == nil {
 		return "", false
 	}
@@ -113,7 +115,10 @@ func Substitutable(t *ast.Term, quote bool) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if quote && (strconv.Quote(string(s)) != `"`+string(s)+`"` || strings.TrimSpace(string(s)) != string(s)) {
+	if (quote || trim) && strconv.Quote(string(s)) != `"`+string(s)+`"` {
+		return "", false
+	}
+	if trim && strings.TrimSpace(string(s)) != string(s) {
 		return "", false
 	}
 	return string(s), true
@@ -122,7 +127,7 @@ func Substitutable(t *ast.Term, quote bool) (string, bool) {
 // SubstitutableAt is substitutable for the value at path in v, and also
 // requires the path to lead to it through objects and array indexes, where
 // SetPath can put the placeholder.
-func SubstitutableAt(v ast.Value, path []*ast.Term, quote bool) (string, bool) {
+func SubstitutableAt(v ast.Value, path []*ast.Term, quote, trim bool) (string, bool) {
 	for i := range path {
 		t := Child(v, path[i])
 		if t == nil {
@@ -130,7 +135,7 @@ func SubstitutableAt(v ast.Value, path []*ast.Term, quote bool) (string, bool) {
 		}
 		v = t.Value
 	}
-	return Substitutable(ast.NewTerm(v), quote)
+	return Substitutable(ast.NewTerm(v), quote, trim)
 }
 
 // child is v[key] for an object, or an array and an integer index (the

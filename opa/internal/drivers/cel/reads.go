@@ -493,7 +493,7 @@ func (r *reader) variable(name string) value {
 // whether one of them holds spec.nodeName. A printed path that no read
 // reaches (above, at or below it) is a message path: the engine leaves it
 // out of the memo key and evaluates with a placeholder in its place.
-// Printed values are quoted (analysis.MessagePath.Quote): only values
+// Printed values are trimmed (analysis.MessagePath.Trim): only values
 // with no control character, quote or backslash and no space at either end
 // are substituted, so that none can make a message multi-line or change
 // what trimming it removes. One gap remains: a message within a few hundred
@@ -508,7 +508,7 @@ func result(reads, printed [][]string) *analysis.Result {
 			paths = append(paths, p)
 			continue
 		}
-		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Quote: true})
+		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true})
 	}
 	a.InputPaths = minimal2(paths)
 	for _, p := range a.InputPaths {

@@ -116,8 +116,8 @@ func TestAnalyze(t *testing.T) {
 			}
 			for _, m := range a.Messages {
 				printed = append(printed, analysis.PathString(m.Path))
-				if !m.Quote || m.Root != analysis.Input {
-					t.Errorf("printed path %s: root %v, quote %v", analysis.PathString(m.Path), m.Root, m.Quote)
+				if !m.Trim || m.Root != analysis.Input {
+					t.Errorf("printed path %s: root %v, trim %v", analysis.PathString(m.Path), m.Root, m.Trim)
 				}
 			}
 			if !reflect.DeepEqual(reads, tc.reads) || !reflect.DeepEqual(printed, tc.printed) || a.NodeNameObserved != tc.nodeName {
