@@ -24,10 +24,11 @@ import (
 //
 // The library's 16 templates with both engines run on CEL by default
 // (K8sNativeValidation, as in Gatekeeper) and on Rego with it disabled:
-// both are listed. On CEL, K8sPSPHostFilesystem is judged per pod: it
-// prints the pod's name into the elements of a list that its validation
-// counts, which the CEL analysis (opa/internal/drivers/cel/reads.go) does
-// not follow.
+// both are listed. On CEL, K8sPSPHostFilesystem is judged per pod: its code
+// reads every container's volume mounts' names (the token volume's name
+// differs from pod to pod), where Rego's reads them only for a pod with a
+// host-path volume; the CEL analysis (opa/internal/drivers/cel/reads.go)
+// has no such condition.
 func TestEvaluationClasses(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)

@@ -16,9 +16,9 @@ import (
 // are warm, a new replica evaluates no constraint: host-filesystem, which
 // joins host-path volumes and mounts by name, reads the mounts' names only
 // for a pod that has a host-path volume. On CEL (the dual templates' engine
-// by default, as in Gatekeeper) host-filesystem's code prints the pod's
-// name into the list of bad volumes that its validation counts: it is
-// evaluated per pod (README, "Two engines").
+// by default, as in Gatekeeper) host-filesystem's code reads every
+// container's mounts' names, host-path volume or not: it is evaluated per
+// pod (README, "Two engines").
 func TestReplicasShareVerdicts(t *testing.T) {
 	perPodOnCEL := map[string]bool{"K8sPSPHostFilesystem": true}
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package cel
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
@@ -74,7 +76,7 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 	// params is the whole Constraint (runtime.Object: never a typed nil).
 	var params runtime.Object
 	if in.Constraint != nil {
-		params = in.Constraint
+		params = &constraintParams{obj: in.Constraint.Object}
 	}
 	denials := p.decide(ctx, attr, params, ns)
 	if err := ctx.Err(); err != nil {
@@ -85,6 +87,21 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 		items[i] = map[string]any{"msg": d.message, "validation": d.validation}
 	}
 	return items, nil
+}
+
+// constraintParams is the Constraint as CEL's params sees it: the API
+// server hands params to CEL through its unstructured content, which an
+// *unstructured.Unstructured gives by a JSON round trip on every
+// evaluation; this gives the same content (the Constraint was decoded from
+// JSON once, policyset.BoundConstraint.Object) as it is
+// (value.UnstructuredConverter).
+type constraintParams struct{ obj map[string]any }
+
+func (p *constraintParams) ToUnstructured() any              { return p.obj }
+func (p *constraintParams) MarshalJSON() ([]byte, error)     { return json.Marshal(p.obj) }
+func (p *constraintParams) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (p *constraintParams) DeepCopyObject() runtime.Object {
+	return &constraintParams{obj: runtime.DeepCopyJSON(p.obj)}
 }
 
 // denial is one Deny decision: its message, and the validation that

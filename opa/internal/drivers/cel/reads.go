@@ -158,9 +158,30 @@ func (r *reader) print(e celast.Expr) {
 		case c.FunctionName() == "string" && !c.IsMemberFunction() && len(args) == 1:
 			r.print(args[0])
 			return
+		case c.FunctionName() == "join" && c.IsMemberFunction() && len(args) <= 1:
+			// A list joined: its elements' origins are what they print
+			// (a filter, a map and concatenations keep values whole).
+			for _, a := range args {
+				r.use(r.eval(a, nil))
+			}
+			r.printOrigins(r.eval(c.Target(), nil))
+			return
 		}
 	}
 	r.use(r.eval(e, nil))
+}
+
+// printOrigins records the origins of a printed value: a path of the
+// object (not through a list's elements) is printed, any other is read.
+func (r *reader) printOrigins(v value) {
+	for _, o := range v {
+		if o.path[0] == "object" && len(o.path) > 1 && !slices.Contains(o.path, eachMark) && !slices.Contains(o.path, shapeMark) {
+			r.printed = append(r.printed, o.path)
+			r.shapes(o.path)
+			continue
+		}
+		r.use(value{o})
+	}
 }
 
 // objectChain reads e as object.<fields> or variables.anyObject.<fields>
@@ -504,7 +525,11 @@ func result(reads, printed [][]string) *analysis.Result {
 	paths := minimal(reads)
 	a := &analysis.Result{}
 	for _, p := range minimal(printed) {
-		if related(paths, p) || analysis.PrefixRelated(p, analysis.NodeNamePath) {
+		// The printed value's own shape is the placeholder's business: it
+		// stands only for a string, and any other value stays in the key.
+		own := append(slices.Clone(p), analysis.Shape)
+		others := slices.DeleteFunc(slices.Clone(paths), func(q []*ast.Term) bool { return slices.EqualFunc(q, own, (*ast.Term).Equal) })
+		if related(others, p) || analysis.PrefixRelated(p, analysis.NodeNamePath) {
 			paths = append(paths, p)
 			continue
 		}

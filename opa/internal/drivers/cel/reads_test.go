@@ -98,6 +98,16 @@ func TestAnalyze(t *testing.T) {
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size(object.spec.volumes.filter(v, has(v.hostPath))) == 0`}}},
 		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
 	}, {
+		name: "a name printed into a list the message joins",
+		src: gatekeeper.CELSource{
+			Variables: []gatekeeper.CELNamed{{Name: "bad", Expression: `object.spec.volumes.filter(v, has(v.hostPath)).map(v, "volume " + v.name + " of pod " + object.metadata.name)`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.join(", ")`}},
+		},
+		// The list's size reads the shape of what its elements hold.
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
+			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)", ".review.object.spec.volumes[_].name"},
+		printed: []string{".review.object.metadata.name"},
+	}, {
 		name:  "an expression that does not parse reads nothing",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
 		reads: nil,

@@ -49,7 +49,8 @@ type podEntry struct {
 	pod map[string]any
 }
 
-// termCache is the conversion of the last term seen (terms are immutable).
+// termCache is the conversion of the last value seen (terms are
+// immutable).
 type termCache[T any] struct {
 	mu   sync.Mutex
 	term *ast.Term
@@ -58,7 +59,8 @@ type termCache[T any] struct {
 
 func (c *termCache[T]) get(t *ast.Term, convert func(*ast.Term) (T, error)) (T, error) {
 	c.mu.Lock()
-	if c.term == t && t != nil {
+	// Each request builds its review anew: an equal value is a hit too.
+	if t != nil && c.term != nil && (c.term == t || c.term.Value.Compare(t.Value) == 0) {
 		v := c.val
 		c.mu.Unlock()
 		return v, nil
