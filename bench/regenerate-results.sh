@@ -42,6 +42,7 @@ set -uo pipefail
 # scenario name | what it measures (printed by --list; the order of a full run)
 SCENARIOS=(
 	"realistic|the realistic mix through the load generator, the service as its own process: filter and a cycle at 500 and 5000 candidates, three runs"
+	"realistic-engines|the realistic mix with the library's dual templates on CEL (the default, as in Gatekeeper) and on Rego (--enable-k8s-native-validation=false), alternated, two runs each"
 	"realistic-inprocess|the same in the load generator's process, and the floor: the same requests answered without the engine"
 	"churn|the realistic mix under Node churn (20 heartbeats or label flips a second), one kind: List file, a Namespace-reading template"
 	"mix|issue 5's mix (16 library templates and the 4 examples, 20 constraints), the service as its own process"
@@ -98,7 +99,9 @@ build() {
 		BUILT=ok
 		echo "regenerate-results: building BIN: $BUILD_CMD" >&2
 		{ (cd "$WT" && go build -o "$BIN/" ./cmd/opa-scheduler-extender) &&
-			(cd "$WT/bench" && go build -o "$BIN/" ./cmd/loadgen ./cmd/footprint ./cmd/gkfootprint); } >"$WORK/build.log" 2>&1 || BUILT=failed
+			(cd "$WT/bench" && go build -o "$BIN/" ./cmd/loadgen ./cmd/footprint ./cmd/gkfootprint) &&
+			printf '#!/bin/sh\nexec "%s/opa-scheduler-extender" "$@" --enable-k8s-native-validation=false\n' "$BIN" >"$BIN/opa-scheduler-extender-rego" &&
+			chmod +x "$BIN/opa-scheduler-extender-rego"; } >"$WORK/build.log" 2>&1 || BUILT=failed
 	fi
 	printf '# BIN: %s (%s)\n' "$BUILD_CMD" "$BUILT" >>"$FILE"
 	if [ "$BUILT" != ok ]; then
@@ -121,6 +124,17 @@ scenario_realistic() {
 	local i
 	for i in $(seq "$LG_RUNS"); do
 		loadgen_service -policy-set realistic -duration "$LG_DUR" -nodes 500,5000 -verbs filter,cycle
+	done
+}
+
+# The service on Rego only: BIN/opa-scheduler-extender-rego runs it with
+# --enable-k8s-native-validation=false (the load generator passes no flags).
+scenario_realistic-engines() {
+	build || return
+	local i c=(-policy-set realistic -duration "$LG_DUR" -nodes 500,5000 -verbs filter,cycle -full-nodes '' -peer=false -footprint=false)
+	for i in 1 2; do
+		run bench "$BIN/loadgen" "${c[@]}" -service "$SVC"
+		run bench "$BIN/loadgen" "${c[@]}" -service "$BIN/opa-scheduler-extender-rego"
 	done
 }
 

@@ -100,7 +100,7 @@ func TestAnalyze(t *testing.T) {
 	}, {
 		name: "a name printed into a list the message joins",
 		src: gatekeeper.CELSource{
-			Variables: []gatekeeper.CELNamed{{Name: "bad", Expression: `object.spec.volumes.filter(v, has(v.hostPath)).map(v, "volume " + v.name + " of pod " + object.metadata.name)`}},
+			Variables:   []gatekeeper.CELNamed{{Name: "bad", Expression: `object.spec.volumes.filter(v, has(v.hostPath)).map(v, "volume " + v.name + " of pod " + object.metadata.name)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.join(", ")`}},
 		},
 		// The list's size reads the shape of what its elements hold.
