@@ -380,12 +380,7 @@ func runCELMode(t *testing.T, m celMode, bin string, pols []policy, pods []gener
 	variants := engineVariants(engSingle, eng, nodeObj)
 	engStart := time.Now()
 	env := &compareEnv{variants: variants, wantAction: wantAction, frameworkAction: frameworkAction, templateOf: templateOf}
-	var (
-		sum      podReport
-		byKind   = map[string]int{}
-		reported int
-	)
-	sum.intended = map[string]int{}
+	tally := newTally()
 	for i := range pods {
 		g := &pods[i]
 		var engOut []map[string]nodeVerdict
@@ -395,37 +390,18 @@ func runCELMode(t *testing.T, m celMode, bin string, pols []policy, pods []gener
 			engOut = append(engOut, res)
 			engErr = append(engErr, err)
 		}
-		r := env.compare(g, peerOut[i], engOut, engErr)
-		if after, _ := json.Marshal(g.obj); !bytes.Equal(before[i], after) {
-			r.diffs = append(r.diffs, difference{node: "*", variant: "*", text: "the pod object was modified by the reviews"})
-		}
-		sum.comparisons += r.comparisons
-		sum.reviews += r.reviews
-		sum.peerViol += r.peerViol
-		for k, v := range r.intended {
-			sum.intended[k] += v
-		}
-		for _, d := range r.diffs {
-			for _, k := range d.kinds {
-				byKind[k]++
-			}
-			if reported++; reported <= maxReported {
-				name, _, _ := unstructured.NestedString(g.obj, "metadata", "name")
-				ns, _, _ := unstructured.NestedString(g.obj, "metadata", "namespace")
-				b, _ := json.Marshal(g.obj)
-				t.Errorf("pod %s/%s (seed %s, mutations %v) on node %s [%s]:\n%s\npod: %s", ns, name, g.seed, g.applied, d.node, d.variant, d.text, b)
-			}
-		}
+		tally.add(t, g, env.compare(g, peerOut[i], engOut, engErr), before[i])
 	}
 	engTook := time.Since(engStart)
 
 	t.Logf("constraints never violated: %v", logCoverage(t, peerOut, wantAction))
 	checkCELCoverage(t, m, pols, peerOut)
-	if reported > 0 {
-		t.Errorf("%d differences (first %d shown); by constraint kind: %v", reported, min(reported, maxReported), byKind)
+	sum := tally.sum
+	if tally.reported > 0 {
+		t.Errorf("%d differences (first %d shown); by constraint kind: %v", tally.reported, min(tally.reported, maxReported), tally.byKind)
 	}
 	t.Logf("%d reviews (pod, node) compared with each of %d engine variants %v, %d (pod, node, matched constraint) comparisons per variant, %d violations from Gatekeeper, %d differences; intended differences seen: %v",
-		sum.reviews, len(variants), variantNames(variants), sum.comparisons, sum.peerViol, reported, sum.intended)
+		sum.reviews, len(variants), variantNames(variants), sum.comparisons, sum.peerViol, tally.reported, sum.intended)
 	t.Logf("celpeer %v (%d reviews), engine %v (3 variants)", peerTook.Round(time.Millisecond), len(in.Reviews), engTook.Round(time.Millisecond))
 }
 

@@ -222,6 +222,44 @@ type difference struct {
 }
 
 // podReport is what compare found for one pod.
+// tally sums the pods' reports, counts the differences by constraint kind
+// and prints the first maxReported in full.
+type tally struct {
+	sum      podReport
+	byKind   map[string]int
+	reported int
+}
+
+func newTally() *tally {
+	return &tally{sum: podReport{intended: map[string]int{}}, byKind: map[string]int{}}
+}
+
+// add takes g's report; before is g's JSON before the reviews, which must
+// leave the pod as it was.
+func (ta *tally) add(t *testing.T, g *generatedPod, r podReport, before []byte) {
+	t.Helper()
+	if after, _ := json.Marshal(g.obj); !bytes.Equal(before, after) {
+		r.diffs = append(r.diffs, difference{node: "*", variant: "*", text: "the pod object was modified by the reviews"})
+	}
+	ta.sum.comparisons += r.comparisons
+	ta.sum.reviews += r.reviews
+	ta.sum.peerViol += r.peerViol
+	for k, v := range r.intended {
+		ta.sum.intended[k] += v
+	}
+	for _, d := range r.diffs {
+		for _, k := range d.kinds {
+			ta.byKind[k]++
+		}
+		if ta.reported++; ta.reported <= maxReported {
+			name, _, _ := unstructured.NestedString(g.obj, "metadata", "name")
+			ns, _, _ := unstructured.NestedString(g.obj, "metadata", "namespace")
+			b, _ := json.Marshal(g.obj)
+			t.Errorf("pod %s/%s (seed %s, mutations %v) on node %s [%s]:\n%s\npod: %s", ns, name, g.seed, g.applied, d.node, d.variant, d.text, b)
+		}
+	}
+}
+
 type podReport struct {
 	diffs       []difference
 	comparisons int // (node, matched constraint) pairs, batch variant
@@ -438,41 +476,17 @@ func TestDifferential(t *testing.T) {
 	wg.Wait()
 
 	env := &compareEnv{variants: variants, wantAction: wantAction, frameworkAction: frameworkAction, templateOf: templateOf}
-	var (
-		sum      podReport
-		byKind   = map[string]int{}
-		reported int
-	)
-	sum.intended = map[string]int{}
+	tally := newTally()
 	for i := range pods {
 		g := &pods[i]
-		r := env.compare(g, peerOut[i], engOut[i], engErr[i])
-		if after, _ := json.Marshal(g.obj); !bytes.Equal(before[i], after) {
-			r.diffs = append(r.diffs, difference{node: "*", variant: "*", text: "the pod object was modified by the reviews"})
-		}
-		sum.comparisons += r.comparisons
-		sum.reviews += r.reviews
-		sum.peerViol += r.peerViol
-		for k, v := range r.intended {
-			sum.intended[k] += v
-		}
-		for _, d := range r.diffs {
-			for _, k := range d.kinds {
-				byKind[k]++
-			}
-			if reported++; reported <= maxReported {
-				name, _, _ := unstructured.NestedString(g.obj, "metadata", "name")
-				ns, _, _ := unstructured.NestedString(g.obj, "metadata", "namespace")
-				b, _ := json.Marshal(g.obj)
-				t.Errorf("pod %s/%s (seed %s, mutations %v) on node %s [%s]:\n%s\npod: %s", ns, name, g.seed, g.applied, d.node, d.variant, d.text, b)
-			}
-		}
+		tally.add(t, g, env.compare(g, peerOut[i], engOut[i], engErr[i]), before[i])
 	}
 	// Coverage: how often each constraint was violated (peer, per node).
 	never := logCoverage(t, peerOut, wantAction)
 	t.Logf("constraints never violated: %v", never)
-	if reported > 0 {
-		t.Errorf("%d differences (first %d shown); by constraint kind: %v", reported, min(reported, maxReported), byKind)
+	sum := tally.sum
+	if tally.reported > 0 {
+		t.Errorf("%d differences (first %d shown); by constraint kind: %v", tally.reported, min(tally.reported, maxReported), tally.byKind)
 	}
 	t.Logf("%d pods (%d seeds unmodified, %d mutated) x %d candidate nodes = %d peer reviews; %d (pod, node, matched constraint) comparisons per engine variant, %d variants %v; %d violations from the peer",
 		len(pods), len(c.seeds), n, len(pods[0].nodes), sum.reviews, sum.comparisons, len(variants), variantNames(variants), sum.peerViol)
