@@ -212,7 +212,7 @@ type ConstraintStatus struct {
 
 // Stats are monotonic counters and gauges for metrics; read with Stats().
 type Stats struct {
-	Evaluations uint64 // Rego evaluations run
+	Evaluations uint64 // evaluations of templates' code (Rego or CEL) run
 	// HelperEvaluations are the evaluations of a template's function
 	// alone, for a memo key made of its answer (is_exempt on an image
 	// new to the engine), not counted in Evaluations.

@@ -27,7 +27,7 @@ type Placement struct {
 	MatchedWarnConstraints int
 	// Generation is the policy generation the answer was computed with.
 	Generation uint64
-	// Evaluations counts the Rego evaluations this answer took.
+	// Evaluations counts the evaluations of templates' code this answer took.
 	Evaluations int
 
 	columns []column

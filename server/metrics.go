@@ -48,7 +48,7 @@ type metrics struct {
 	// bodyBytes and bodyRefusals watch the request-body budget.
 	bodyBytes    prometheus.Gauge
 	bodyRefusals prometheus.Counter
-	// evalsPer is the Rego evaluations one answer took.
+	// evalsPer is the evaluations one answer took.
 	evalsPer *prometheus.HistogramVec
 	evalsBy  map[string]prometheus.Observer
 
@@ -89,7 +89,7 @@ func newMetrics(reg *prometheus.Registry, policy Policy, enforcementPoint string
 		evalsPer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: MetricsNamespace,
 			Name:      "evaluations_per_request",
-			Help:      "Rego evaluations one call took, by verb (the rest came from the memo or were pod-wide).",
+			Help:      "Evaluations of templates' code (Rego or CEL) one call took, by verb (the rest came from the memo or were pod-wide).",
 			Buckets:   []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 		}, []string{"verb"}),
 		evalsBy: map[string]prometheus.Observer{},
@@ -154,7 +154,7 @@ func (m *metrics) observe(verb, result string, d time.Duration) {
 	m.duration.WithLabelValues(verb, result).Observe(d.Seconds())
 }
 
-// evaluations records the Rego evaluations of one answer.
+// evaluations records the evaluations of one answer.
 func (m *metrics) evaluations(verb string, p *opa.Placement) {
 	if o, ok := m.evalsBy[verb]; ok {
 		o.Observe(float64(p.Evaluations))

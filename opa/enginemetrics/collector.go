@@ -52,7 +52,7 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 	}
 	return &Collector{
 		engine:            e,
-		evaluations:       d("evaluations_total", "Rego evaluations run by the engine."),
+		evaluations:       d("evaluations_total", "Evaluations of templates' code (Rego or CEL) run by the engine."),
 		helperEvaluations: d("helper_evaluations_total", "Evaluations of a template's function alone (is_exempt on an image new to the engine), whose answer keys the memo in place of what the function reads."),
 		memoHits:          d("memo_hits_total", "Constraint verdicts answered from the engine's memo."),
 		memoMisses:        d("memo_misses_total", "Constraint verdicts the engine's memo did not hold."),
