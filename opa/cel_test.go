@@ -252,17 +252,24 @@ func without(vs []opa.Violation, kinds ...string) []opa.Violation {
 }
 
 // FuzzCELPods judges fuzzed pods (names, labels, annotations, images,
-// with quotes, spaces and newlines) with testdata/cel/policies.yaml on an
-// engine with memo and one without: the same violations, whatever the
-// values the memo key leaves out and the placeholders stand for.
+// with quotes, spaces and newlines; token volume names, host-path volumes
+// and their mounts, privileged containers) with testdata/cel/policies.yaml
+// and filters.yaml on an engine with memo and one without: the same violations, whatever
+// the values the memo key leaves out, the placeholders stand for, and the
+// conditions under which a filter's body reads the rest of the pod.
 func FuzzCELPods(f *testing.F) {
-	f.Add("web", "blocked", "a", "nginx:latest", true)
-	f.Add(" web ", "open", "", "x", false)
-	f.Add("web ", "blocked", "a", "x", false) // printed last: the message is trimmed
-	f.Add("we\"b\n", "", "\x00", "nginx:1", true)
-	f.Add("gpu-", "tier", "team", "a:latest:latest", false)
-	memo, exact := celEngine(f, opa.Options{}), celEngine(f, opa.Options{DisableMemo: true})
-	f.Fuzz(func(t *testing.T, name, tier, team, image string, owner bool) {
+	f.Add("web", "blocked", "a", "nginx:latest", true, "abcde", false, false, false)
+	f.Add(" web ", "open", "", "x", false, "abcde", true, false, false)
+	f.Add("web ", "blocked", "a", "x", false, "data", true, true, true) // printed last: the message is trimmed
+	f.Add("we\"b\n", "", "\x00", "nginx:1", true, "x y", true, false, true)
+	f.Add("gpu-", "tier", "team", "a:latest:latest", false, "", false, true, true)
+	engine := func(opts opa.Options) *opa.Engine {
+		e := newEngine(f, opts, "testdata/cel/policies.yaml", "testdata/cel/filters.yaml")
+		apply(f, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
+		return e
+	}
+	memo, exact := engine(opa.Options{}), engine(opa.Options{DisableMemo: true})
+	f.Fuzz(func(t *testing.T, name, tier, team, image string, owner bool, volume string, hostPath, readOnly, privileged bool) {
 		p := pod("default", name)
 		md := p["metadata"].(map[string]any)
 		labels := map[string]any{}
@@ -276,8 +283,25 @@ func FuzzCELPods(f *testing.F) {
 		if owner {
 			md["annotations"] = map[string]any{"owner": name}
 		}
-		spec(p)["containers"] = []any{map[string]any{"name": name, "image": image}}
-		sameAsWithoutMemo(t, memo, exact, p, celNodes)
+		token := "kube-api-access-" + volume
+		volumes := []any{map[string]any{"name": token, "projected": map[string]any{}}}
+		if hostPath {
+			volumes = append(volumes, map[string]any{"name": volume, "hostPath": map[string]any{"path": "/var/" + name}})
+		}
+		spec(p)["volumes"] = volumes
+		mounts := []any{map[string]any{"name": token, "mountPath": "/token", "readOnly": true}, map[string]any{"name": volume, "mountPath": "/data", "readOnly": readOnly}}
+		spec(p)["containers"] = []any{
+			map[string]any{"name": name, "image": image, "volumeMounts": mounts, "securityContext": map[string]any{"privileged": privileged}},
+			map[string]any{"name": "sidecar", "image": "sidecar:1", "securityContext": map[string]any{"privileged": privileged && readOnly}},
+		}
+		lines := strings.Join(sameAsWithoutMemo(t, memo, exact, p, celNodes), "\n")
+		// A message that is not one line falls back to the expression.
+		if want := hostPath && !readOnly && volume != token; want != strings.Contains(lines, "variables.writable") && want != strings.Contains(lines, "writable host paths") {
+			t.Errorf("writable host path reported %v, want %v: %s", !want, want, lines)
+		}
+		if want := privileged; want != strings.Contains(lines, "privileged: ") && want != strings.Contains(lines, "variables.privileged") {
+			t.Errorf("privileged container reported %v, want %v: %s", !want, want, lines)
+		}
 	})
 }
 

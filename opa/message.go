@@ -68,7 +68,7 @@ func (r *request) keptWhy(m *verdict.MsgSlot, v ast.Value, path []*ast.Term) str
 		return "not a string"
 	}
 	if m.Trim {
-		return "it has a space at an end or a character a one-line CEL message cannot hold"
+		return "it is empty, has a space at an end or a character a one-line CEL message cannot hold"
 	}
 	return "printed with %q, which escapes it"
 }

@@ -304,13 +304,13 @@ func rawCovers(paths [][]*ast.Term, target []*ast.Term) bool {
 		if len(q) == 0 || IsHelper(q[len(q)-1]) {
 			continue
 		}
-		if _, _, _, conditional := Condition(q); conditional {
+		if _, _, conditional := Condition(q); conditional {
 			if prefixCovers(q, target) { // the same condition, then the path
 				return true
 			}
 			continue
 		}
-		if prefixCovers(q, unconditioned(target)) {
+		if prefixCovers(q, Unconditioned(target)) {
 			return true
 		}
 	}

@@ -114,8 +114,8 @@ func (a *Result) readsNodeMessage() bool {
 func (a *Result) Describe() []string {
 	var out []string
 	for _, p := range a.InputPaths {
-		if list, filter, rest, ok := Condition(p); ok {
-			out = append(out, "input"+PathString(rest)+" (if input"+PathString(append(append([]*ast.Term(nil), list...), EachWhere(filter)))+" has one)")
+		if members, rest, ok := Condition(p); ok {
+			out = append(out, "input"+PathString(rest)+" (if "+conditionString("input", members)+" has one)")
 			continue
 		}
 		out = append(out, "input"+PathString(p))
@@ -182,33 +182,64 @@ func IsShape(t *ast.Term) bool { v, ok := t.Value.(ast.Var); return ok && v == "
 // path after When where the condition holds, and NotRead where it does
 // not.
 func When(list []*ast.Term, filter [][]*ast.Term) *ast.Term {
-	return ast.ArrayTerm(ast.VarTerm("$when"), ast.ArrayTerm(list...), EachWhere(filter))
+	return WhenAny([]Member{{List: list, Filter: filter}})
 }
 
-// Condition is the list and the filter of a path that begins with When,
-// and the path after it; ok is false for any other path.
-func Condition(p []*ast.Term) (list []*ast.Term, filter [][]*ast.Term, rest []*ast.Term, ok bool) {
+// Member is one alternative of a When: the list at List has an element
+// whose values at every Filter path hold.
+type Member struct {
+	List   []*ast.Term
+	Filter [][]*ast.Term
+}
+
+// WhenAny is When for a read that happens only if some member holds: a
+// CEL comprehension over variables.anyObject's list runs its body only
+// when the object's list, or the old object's, has an element.
+func WhenAny(members []Member) *ast.Term {
+	terms := []*ast.Term{ast.VarTerm("$when")}
+	for _, m := range members {
+		terms = append(terms, ast.ArrayTerm(m.List...), EachWhere(m.Filter))
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+// Condition is the members of a path that begins with When (at least
+// one), and the path after it; ok is false for any other path.
+func Condition(p []*ast.Term) (members []Member, rest []*ast.Term, ok bool) {
 	if len(p) == 0 {
-		return nil, nil, nil, false
+		return nil, nil, false
 	}
 	arr, isArr := p[0].Value.(*ast.Array)
-	if !isArr || arr.Len() != 3 || !arr.Elem(0).Equal(ast.VarTerm("$when")) {
-		return nil, nil, nil, false
+	if !isArr || arr.Len() < 3 || arr.Len()%2 != 1 || !arr.Elem(0).Equal(ast.VarTerm("$when")) {
+		return nil, nil, false
 	}
-	l := arr.Elem(1).Value.(*ast.Array)
-	list = make([]*ast.Term, l.Len())
-	for i := range list {
-		list[i] = l.Elem(i)
+	for i := 1; i < arr.Len(); i += 2 {
+		l := arr.Elem(i).Value.(*ast.Array)
+		list := make([]*ast.Term, l.Len())
+		for j := range list {
+			list[j] = l.Elem(j)
+		}
+		members = append(members, Member{List: list, Filter: EachFilter(arr.Elem(i + 1))})
 	}
-	return list, EachFilter(arr.Elem(2)), p[1:], true
+	return members, p[1:], true
 }
 
-// unconditioned is p without a leading When.
-func unconditioned(p []*ast.Term) []*ast.Term {
-	if _, _, rest, ok := Condition(p); ok {
+// Unconditioned is p without a leading When.
+func Unconditioned(p []*ast.Term) []*ast.Term {
+	if _, rest, ok := Condition(p); ok {
 		return rest
 	}
 	return p
+}
+
+// conditionString renders a When's members, each path after root:
+// `input.x[_ where ...] or ...`.
+func conditionString(root string, members []Member) string {
+	parts := make([]string, len(members))
+	for i, m := range members {
+		parts[i] = root + PathString(append(append([]*ast.Term(nil), m.List...), EachWhere(m.Filter)))
+	}
+	return strings.Join(parts, " or ")
 }
 
 // IsEach reports whether t is Each, filtered or not (EachWhere).
@@ -229,6 +260,9 @@ func IsEach(t *ast.Term) bool {
 // has_field(v, "flexVolume") }`). What is read through it is read for
 // those elements only, in order; the others cannot be members of the set.
 func EachWhere(guards [][]*ast.Term) *ast.Term {
+	if len(guards) == 0 {
+		return Each
+	}
 	terms := make([]*ast.Term, 0, len(guards)+1)
 	terms = append(terms, Each)
 	for _, g := range guards {
@@ -274,8 +308,8 @@ func EachAt(p []*ast.Term) int {
 // path that begins with When as `(if <list>[_ where ...]) <path>`.
 func PathString(p []*ast.Term) string {
 	var b strings.Builder
-	if list, filter, rest, ok := Condition(p); ok {
-		b.WriteString("(if " + PathString(append(append([]*ast.Term(nil), list...), EachWhere(filter))) + ") ")
+	if members, rest, ok := Condition(p); ok {
+		b.WriteString("(if " + conditionString("", members) + ") ")
 		p = rest
 	}
 	for _, t := range p {
@@ -380,7 +414,7 @@ func minimizePaths(paths [][]*ast.Term, input bool) [][]*ast.Term {
 	sort.SliceStable(clean, func(i, j int) bool { return len(clean[i]) < len(clean[j]) })
 	var out [][]*ast.Term
 	for _, p := range clean {
-		if !covers(out, p) && !covers(out, unconditioned(p)) {
+		if !covers(out, p) && !covers(out, Unconditioned(p)) {
 			out = append(out, p)
 		}
 	}
@@ -411,7 +445,11 @@ var (
 // name or uid): no other pod can reuse its memo entries.
 func (a *Result) PodUnique() bool {
 	for _, p := range a.InputPaths {
-		if related(uniquePodPaths, unconditioned(p)) {
+		p = Unconditioned(p)
+		if len(p) > 0 && IsShape(p[len(p)-1]) {
+			continue // what kind of value a name is: a string for every pod
+		}
+		if related(uniquePodPaths, p) {
 			return true
 		}
 	}

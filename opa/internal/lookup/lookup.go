@@ -22,28 +22,35 @@ var (
 // InputPlan reads a path of the input {review, parameters}: paths other
 // than review.* are constant or absent for a constraint.
 type InputPlan struct {
-	// cond: the path began with When; condList (below review) is the
-	// list whose element must pass condFilter, condAny when the list is
-	// not the review's (the condition is then taken to hold).
-	cond       bool
-	condAny    bool
-	condList   *lookupPlan
-	condFilter []*lookupPlan
+	// cond: the path began with When; members are its alternatives (any
+	// one holding is enough), condAny when one's list is not the review's
+	// (the condition is then taken to hold).
+	cond    bool
+	condAny bool
+	members []memberPlan
 	// notReview: the path (after When) is not below review.
 	notReview bool
 	body      *lookupPlan
 }
 
+// memberPlan reads one member of a When: the list (below review) and the
+// filter its element must pass.
+type memberPlan struct {
+	list   *lookupPlan
+	filter []*lookupPlan
+}
+
 // CompileInput plans path (an input path, possibly beginning with When).
 func CompileInput(path []*ast.Term) *InputPlan {
 	p := &InputPlan{}
-	if list, filter, rest, ok := analysis.Condition(path); ok {
+	if members, rest, ok := analysis.Condition(path); ok {
 		p.cond = true
-		if len(list) == 0 || !list[0].Equal(ReviewKey) {
-			p.condAny = true
-		} else {
-			p.condList = compilePlan(list[1:])
-			p.condFilter = compileFilter(filter)
+		for _, m := range members {
+			if len(m.List) == 0 || !m.List[0].Equal(ReviewKey) {
+				p.condAny = true
+				continue
+			}
+			p.members = append(p.members, memberPlan{list: compilePlan(m.List[1:]), filter: compileFilter(m.Filter)})
 		}
 		path = rest
 	}
@@ -59,7 +66,7 @@ func CompileInput(path []*ast.Term) *InputPlan {
 // review: notReadKey where its When does not hold, Undefined where
 // nothing is there; leaf as lookupPlan.Then's.
 func (p *InputPlan) Then(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	if p.cond && !p.condAny && !p.hasMember(review) {
+	if p.cond && !p.condAny && !p.holds(review) {
 		return notReadKey
 	}
 	if p.notReview {
@@ -68,17 +75,27 @@ func (p *InputPlan) Then(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.
 	return p.body.lookupThen(review.Value, leaf)
 }
 
-// hasMember reports whether the When list has an element whose values at
-// every filter path hold, or is not a list (whatever that reads, the
+// holds reports whether some member of the When holds.
+func (p *InputPlan) holds(review *ast.Term) bool {
+	for i := range p.members {
+		if p.members[i].hasMember(review) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMember reports whether the member's list has an element whose values
+// at every filter path hold, or is not a list (whatever that reads, the
 // condition is taken to hold).
-func (p *InputPlan) hasMember(review *ast.Term) bool {
-	t := p.condList.lookupThen(review.Value, nil)
+func (m *memberPlan) hasMember(review *ast.Term) bool {
+	t := m.list.lookupThen(review.Value, nil)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
 		return t != Undefined
 	}
 	for i := range arr.Len() {
-		if passes(arr.Elem(i).Value, p.condFilter) {
+		if passes(arr.Elem(i).Value, m.filter) {
 			return true
 		}
 	}

@@ -81,6 +81,8 @@ func TestLookupPlans(t *testing.T) {
 		{"when that holds", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{privileged})}, path(s("containers"), each, s("image"))...), false, `["x", "y", set()]`, nil},
 		{"when that does not hold", append([]*ast.Term{analysis.When(path(s("containers")), [][]*ast.Term{{s("missing")}})}, path(s("containers"), each, s("image"))...), false, "", notReadKey},
 		{"when on another root holds", append([]*ast.Term{analysis.When([]*ast.Term{ast.StringTerm("parameters"), s("x")}, nil)}, path(s("labels"), s("s"))...), false, `"v"`, nil},
+		{"when with a member that holds", append([]*ast.Term{analysis.WhenAny([]analysis.Member{{List: path(s("initContainers"))}, {List: path(s("containers")), Filter: [][]*ast.Term{{s("securityContext"), analysis.Shape}}}})}, path(s("labels"), s("s"))...), false, `"v"`, nil},
+		{"when with no member that holds", append([]*ast.Term{analysis.WhenAny([]analysis.Member{{List: path(s("initContainers"))}, {List: path(s("containers")), Filter: [][]*ast.Term{{s("hostPath"), analysis.Shape}}}})}, path(s("labels"), s("s"))...), false, "", notReadKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var leaf func(ast.Value) *ast.Term

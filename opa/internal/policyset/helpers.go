@@ -87,7 +87,7 @@ func (reg *Registry) helperOf(ct *CompiledTemplate, bc *BoundConstraint, path []
 	kh := &KeyHelper{Owner: reg.helperOwner(identity), identity: identity, Reads: h.Reads, Query: q, Parameters: ast.NewTerm(bc.Parameters)}
 	arg := path[:len(path)-1]
 	kh.ArgPlan = lookup.CompileInput(arg)
-	if _, _, _, conditional := analysis.Condition(arg); !conditional {
+	if _, _, conditional := analysis.Condition(arg); !conditional {
 		for _, rel := range h.Reads {
 			raw := append(slices.Clone(arg), rel...)
 			kh.rawPaths = append(kh.rawPaths, raw)

@@ -104,9 +104,10 @@ type MsgSlot struct {
 
 // substitutable reports whether a real value can stand where the
 // placeholder was: a string; one that %q prints as "value" when a flow
-// quotes it; and one with no space at either end when the message is
-// trimmed (CEL's: trim also holds quote, as a CEL message must be one
-// line).
+// quotes it; and a non-empty one with no space at either end when the
+// message is trimmed (CEL's: trim also holds quote, as a CEL message must
+// be one line; an empty value at an end would let trimming reach the
+// text beside it, and could leave the message empty).
 func Substitutable(t *ast.Term, quote, trim bool) (string, bool) {
 	if t == nil {
 		return "", false
@@ -118,7 +119,7 @@ func Substitutable(t *ast.Term, quote, trim bool) (string, bool) {
 	if (quote || trim) && strconv.Quote(string(s)) != `"`+string(s)+`"` {
 		return "", false
 	}
-	if trim && strings.TrimSpace(string(s)) != string(s) {
+	if trim && (s == "" || strings.TrimSpace(string(s)) != string(s)) {
 		return "", false
 	}
 	return string(s), true

@@ -28,8 +28,9 @@ var requestFields = map[string]string{
 
 // Marks inside a path (strings below input.review): shapeMark ends a path
 // whose value's kind only is read (analysis.Shape), eachMark stands for
-// every element of a list (analysis.Each); requestRoot and variablesRoot
-// are the CEL variables request and variables, resolved field by field.
+// every element of a list (analysis.Each; followed by guards, for the
+// elements a filter kept: eachWhere); requestRoot and variablesRoot are
+// the CEL variables request and variables, resolved field by field.
 const (
 	shapeMark     = "\x01"
 	eachMark      = "\x02"
@@ -45,14 +46,16 @@ const (
 // it depends on is recorded as read where it was computed) or taken from
 // the review, known by its origins: the paths it may be the value of, or
 // the paths whose values are the elements of a list it is (list literals,
-// concatenations, filter and map results). Selections and constant keys
+// concatenations, filter and map results; a filter that tests fields of
+// its elements keeps only those that have them: eachWhere). Selections and constant keys
 // follow an origin; iterating a list binds the element to path[_]
 // (analysis.Each), so `containers.filter(c, c.securityContext.privileged)
 // .map(c, c.name)` reads each container's securityContext.privileged and
 // name, not the containers whole; any other use (a function's argument, an
 // operand, a key computed at run time) reads the origins whole. Every
 // selection also reads the shape of what it selects from: its errors name
-// where a path broke. The Constraint (params) is a constant. So the answer
+// where a path broke. What a comprehension's body reads is read only when
+// its range has an element (members.go). The Constraint (params) is a constant. So the answer
 // is always sound, and a template that does not reach
 // object.spec.nodeName is judged once per pod class.
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
@@ -95,8 +98,10 @@ type reader struct {
 	vars      map[string]string
 	varValues map[string]value
 	busy      map[string]bool
-	// reads are review paths (below input.review).
-	reads [][]string
+	// reads are review paths (below input.review), each with the
+	// condition it was read under; when is the condition now.
+	reads []read
+	when  []member
 	// printed are paths of the object that message expressions only
 	// concatenate into their message (print).
 	printed [][]string
@@ -172,10 +177,11 @@ func (r *reader) print(e celast.Expr) {
 }
 
 // printOrigins records the origins of a printed value: a path of the
-// object (not through a list's elements) is printed, any other is read.
+// object (through one list's elements at most: the engine gives each
+// element its own placeholder) is printed, any other is read.
 func (r *reader) printOrigins(v value) {
 	for _, o := range v {
-		if o.path[0] == "object" && len(o.path) > 1 && !slices.Contains(o.path, eachMark) && !slices.Contains(o.path, shapeMark) {
+		if o.path[0] == "object" && len(o.path) > 1 && eachCount(o.path) <= 1 && !slices.Contains(o.path, shapeMark) {
 			r.printed = append(r.printed, o.path)
 			r.shapes(o.path)
 			continue
@@ -424,6 +430,8 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 	}
 	accu := r.eval(c.AccuInit(), sc)
 	inner[c.AccuVar()] = accu
+	outer := r.when
+	r.when = r.bodyCondition(c.IterRange(), sc)
 	for range 3 {
 		next := union(accu, r.eval(c.LoopStep(), inner))
 		if len(next) == len(accu) {
@@ -433,7 +441,12 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 		inner[c.AccuVar()] = accu
 	}
 	r.use(r.eval(c.LoopCondition(), inner))
-	return r.eval(c.Result(), inner)
+	r.when = outer
+	out := r.eval(c.Result(), inner)
+	if guards := filterGuards(c); guards != nil {
+		out = keptElements(out, elems, guards)
+	}
+	return out
 }
 
 // union is a and b's origins, each once.
@@ -468,9 +481,18 @@ func (r *reader) use(v value) {
 	}
 }
 
-// add records a review path read.
+// add records a review path read, under the condition in force. A path
+// through the elements of a member's list needs none: with no element
+// it reads nothing.
 func (r *reader) add(path []string) {
-	r.reads = append(r.reads, path)
+	when := r.when
+	for _, m := range when {
+		if len(path) > len(m.path) && isEach(path[len(m.path)]) && slices.Equal(path[:len(m.path)], m.path) {
+			when = nil
+			break
+		}
+	}
+	r.reads = append(r.reads, read{path: path, when: when})
 }
 
 // shapes records the shapes of the values on the way to path, as the
@@ -501,10 +523,15 @@ func (r *reader) variable(name string) value {
 		return nil
 	}
 	r.busy[name] = true
+	// A variable is evaluated once, where it is first used: what it reads
+	// is read under no condition, as a later use may be under none.
+	outer := r.when
+	r.when = nil
 	var v value
 	if e, ok := r.parse(src); ok {
 		v = r.eval(e, nil)
 	}
+	r.when = outer
 	r.busy[name] = false
 	r.varValues[name] = v
 	return v
@@ -521,14 +548,16 @@ func (r *reader) variable(name string) value {
 // bytes of the 5 KiB bound is measured with the placeholder's length, not
 // the value's, so a value that would carry it across the bound (and turn it
 // into the validation's message or the fallback text) is not seen to.
-func result(reads, printed [][]string) *analysis.Result {
+func result(reads []read, printed [][]string) *analysis.Result {
 	paths := minimal(reads)
 	a := &analysis.Result{}
-	for _, p := range minimal(printed) {
+	for _, p := range minimal(unconditional(printed)) {
 		// The printed value's own shape is the placeholder's business: it
 		// stands only for a string, and any other value stays in the key.
 		own := append(slices.Clone(p), analysis.Shape)
-		others := slices.DeleteFunc(slices.Clone(paths), func(q []*ast.Term) bool { return slices.EqualFunc(q, own, (*ast.Term).Equal) })
+		others := slices.DeleteFunc(slices.Clone(paths), func(q []*ast.Term) bool {
+			return slices.EqualFunc(analysis.Unconditioned(q), own, (*ast.Term).Equal)
+		})
 		if related(others, p) || analysis.PrefixRelated(p, analysis.NodeNamePath) {
 			paths = append(paths, p)
 			continue
@@ -537,7 +566,7 @@ func result(reads, printed [][]string) *analysis.Result {
 	}
 	a.InputPaths = minimal2(paths)
 	for _, p := range a.InputPaths {
-		if analysis.PrefixRelated(p, analysis.NodeNamePath) {
+		if analysis.PrefixRelated(analysis.Unconditioned(p), analysis.NodeNamePath) {
 			a.NodeNameObserved = true
 			a.Why = append(a.Why, "input"+analysis.PathString(p)+" holds the candidate's name and is read by the CEL code: evaluated per (pod, node)")
 		}
@@ -545,34 +574,45 @@ func result(reads, printed [][]string) *analysis.Result {
 	return a
 }
 
-// minimal are the review paths of reads (below input.review), none below
+// minimal are the review paths of reads (below input.review), a read
+// under a condition beginning with its analysis.WhenAny, none below
 // another, sorted.
-func minimal(reads [][]string) [][]*ast.Term {
+func minimal(reads []read) [][]*ast.Term {
 	paths := make([][]*ast.Term, 0, len(reads))
 	for _, rd := range reads {
-		p := make([]*ast.Term, 0, len(rd)+1)
-		p = append(p, ast.StringTerm("review"))
-		for _, f := range rd {
-			switch f {
-			case shapeMark:
-				p = append(p, analysis.Shape)
-			case eachMark:
-				p = append(p, analysis.Each)
-			default:
-				p = append(p, ast.StringTerm(f))
-			}
+		p := reviewPath(rd.path)
+		if rd.when != nil {
+			p = append([]*ast.Term{whenTerm(rd.when)}, p...)
 		}
 		paths = append(paths, p)
 	}
 	return minimal2(paths)
 }
 
-// minimal2 is paths without those below another, sorted.
+// reviewPath is path (below input.review) as terms from input.
+func reviewPath(path []string) []*ast.Term {
+	p := make([]*ast.Term, 0, len(path)+1)
+	p = append(p, ast.StringTerm("review"))
+	for _, f := range path {
+		switch {
+		case f == shapeMark:
+			p = append(p, analysis.Shape)
+		case isEach(f):
+			p = append(p, eachTerm(f))
+		default:
+			p = append(p, ast.StringTerm(f))
+		}
+	}
+	return p
+}
+
+// minimal2 is paths without those below another (a path under a
+// condition is below the same path under none), sorted.
 func minimal2(paths [][]*ast.Term) [][]*ast.Term {
 	sort.SliceStable(paths, func(i, j int) bool { return len(paths[i]) < len(paths[j]) })
 	var out [][]*ast.Term
 	for _, p := range paths {
-		if !covered(out, p) {
+		if !covered(out, p) && !covered(out, analysis.Unconditioned(p)) {
 			out = append(out, p)
 		}
 	}
@@ -580,14 +620,31 @@ func minimal2(paths [][]*ast.Term) [][]*ast.Term {
 	return out
 }
 
-// related: some path of paths lies above, at or below p.
+// related: some path of paths (under a condition or none) lies above, at
+// or below p, whatever the elements a filter kept on either side.
 func related(paths [][]*ast.Term, p []*ast.Term) bool {
+	p = anyElement(p)
 	for _, q := range paths {
+		q = anyElement(analysis.Unconditioned(q))
 		if isPrefix(q, p) || isPrefix(p, q) {
 			return true
 		}
 	}
 	return false
+}
+
+// anyElement is p with every filtered Each as Each.
+func anyElement(p []*ast.Term) []*ast.Term {
+	out := p
+	for i, t := range p {
+		if analysis.IsEach(t) && !t.Equal(analysis.Each) {
+			if &out[0] == &p[0] {
+				out = slices.Clone(p)
+			}
+			out[i] = analysis.Each
+		}
+	}
+	return out
 }
 
 // covered: some path of paths is p or lies above it.

@@ -88,15 +88,22 @@ func TestAnalyze(t *testing.T) {
 			},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.join(", ")`}},
 		},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
-			".review.object.spec.containers[_].name", ".review.object.spec.containers[_].securityContext.(shape)", ".review.object.spec.containers[_].securityContext.privileged",
-			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)",
-			".review.oldObject.spec.containers[_].name", ".review.oldObject.spec.containers[_].securityContext.(shape)", ".review.oldObject.spec.containers[_].securityContext.privileged",
+		// The filter keeps the containers that have the fields it tests:
+		// the names printed are theirs (each its own placeholder), the
+		// list's count and shapes theirs too.
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)",
+			".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].(shape)", ".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].name.(shape)",
+			".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].securityContext.(shape)", ".review.object.spec.containers[_].securityContext.privileged",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)",
+			".review.oldObject.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].(shape)", ".review.oldObject.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].name",
+			".review.oldObject.spec.containers[_].(shape)", ".review.oldObject.spec.containers[_].securityContext.(shape)", ".review.oldObject.spec.containers[_].securityContext.privileged",
 			".review.operation"},
+		printed: []string{".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].name"},
 	}, {
-		name:  "a filtered list counted: the elements' count and what the test read",
-		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size(object.spec.volumes.filter(v, has(v.hostPath))) == 0`}}},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
+		name: "a filtered list counted: the elements' count and what the test read",
+		src:  gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size(object.spec.volumes.filter(v, has(v.hostPath))) == 0`}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)",
+			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
 	}, {
 		name: "a name printed into a list the message joins",
 		src: gatekeeper.CELSource{
@@ -105,8 +112,42 @@ func TestAnalyze(t *testing.T) {
 		},
 		// The list's size reads the shape of what its elements hold.
 		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
-			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)", ".review.object.spec.volumes[_].name"},
-		printed: []string{".review.object.metadata.name"},
+			".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)", ".review.object.spec.volumes[_ where .hostPath.(shape)].name.(shape)",
+			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
+		printed: []string{".review.object.metadata.name", ".review.object.spec.volumes[_ where .hostPath.(shape)].name"},
+	}, {
+		name: "a body reads the rest of the pod only when its filtered range has an element",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "volumes", Expression: `has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)) : []`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `variables.volumes.all(v, object.spec.containers.all(c, c.volumeMounts.all(m, m.name != v.name)))`}},
+		},
+		reads: []string{"(if .review.object.spec.volumes[_ where .hostPath.(shape)]) .review.object.spec.containers.(shape)",
+			"(if .review.object.spec.volumes[_ where .hostPath.(shape)]) .review.object.spec.containers[_].(shape)",
+			"(if .review.object.spec.volumes[_ where .hostPath.(shape)]) .review.object.spec.containers[_].volumeMounts.(shape)",
+			"(if .review.object.spec.volumes[_ where .hostPath.(shape)]) .review.object.spec.containers[_].volumeMounts[_].(shape)",
+			"(if .review.object.spec.volumes[_ where .hostPath.(shape)]) .review.object.spec.containers[_].volumeMounts[_].name",
+			".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
+			".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)", ".review.object.spec.volumes[_ where .hostPath.(shape)].name",
+			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
+	}, {
+		name: "through anyObject either object's list is a condition",
+		src:  gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `variables.anyObject.spec.volumes.all(v, object.metadata.name != "x")`}}},
+		reads: []string{"(if .review.object.spec.volumes[_] or .review.oldObject.spec.volumes[_]) .review.object.metadata.(shape)",
+			"(if .review.object.spec.volumes[_] or .review.oldObject.spec.volumes[_]) .review.object.metadata.name",
+			".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.volumes.(shape)", ".review.operation"},
+	}, {
+		name:  "a range with elements of its own is no condition",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `(has(object.spec.volumes) ? object.spec.volumes : [1]).all(v, object.metadata.name != "x")`}}},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)"},
+	}, {
+		name: "a variable first used in a body is read under no condition",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "n", Expression: `object.metadata.name`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `object.spec.volumes.all(v, variables.n != v.name) && variables.n != "x"`}},
+		},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
+			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].name"},
 	}, {
 		name:  "an expression that does not parse reads nothing",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
