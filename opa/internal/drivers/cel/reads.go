@@ -194,36 +194,11 @@ func (r *reader) printOrigins(v value) {
 // (at least one field, each a selection or a constant key): the object's
 // path, and whether it came through anyObject.
 func objectChain(e celast.Expr) (path []string, anyObject, ok bool) {
-	var fields []string
-	for {
-		switch e.Kind() {
-		case celast.SelectKind:
-			s := e.AsSelect()
-			if s.IsTestOnly() {
-				return nil, false, false
-			}
-			fields = append(fields, s.FieldName())
-			e = s.Operand()
-			continue
-		case celast.CallKind:
-			key, operand, ok := constantKey(e)
-			if !ok {
-				return nil, false, false
-			}
-			fields = append(fields, key)
-			e = operand
-			continue
-		case celast.IdentKind:
-			slices.Reverse(fields)
-			switch {
-			case e.AsIdent() == "object" && len(fields) > 0:
-				return append([]string{"object"}, fields...), false, true
-			case e.AsIdent() == "variables" && len(fields) > 1 && fields[0] == "anyObject":
-				return append([]string{"object"}, fields[1:]...), true, true
-			}
-		}
+	path, anyObject, ok = rootChain(e, nil)
+	if !ok || path[0] != "object" || len(path) < 2 {
 		return nil, false, false
 	}
+	return path, anyObject, true
 }
 
 // constantKey reads e as operand[key] (or operand.?key, operand[?key])
