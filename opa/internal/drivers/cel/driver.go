@@ -9,7 +9,9 @@
 //
 // It also says what a template reads of the review (reads.go), so that the
 // engine keys its memo on those values only: a template that does not read
-// spec.nodeName is judged once per pod class. CEL code cannot see
+// spec.nodeName is judged once per pod class. What a comprehension's body
+// reads counts only when its range has an element, and a filter that tests
+// fields keeps only the elements that have them (members.go). CEL code cannot see
 // data.inventory. Like drivers/rego, it knows nothing of the memo or a
 // request.
 package cel
