@@ -47,17 +47,18 @@ const (
 // the review, known by its origins: the paths it may be the value of, or
 // the paths whose values are the elements of a list it is (list literals,
 // concatenations, filter and map results; a filter that tests fields of
-// its elements keeps only those that have them: eachWhere). Selections and constant keys
-// follow an origin; iterating a list binds the element to path[_]
-// (analysis.Each), so `containers.filter(c, c.securityContext.privileged)
-// .map(c, c.name)` reads each container's securityContext.privileged and
-// name, not the containers whole; any other use (a function's argument, an
-// operand, a key computed at run time) reads the origins whole. Every
-// selection also reads the shape of what it selects from: its errors name
-// where a path broke. What a comprehension's body reads is read only when
-// its range has an element (members.go). The Constraint (params) is a constant. So the answer
-// is always sound, and a template that does not reach
-// object.spec.nodeName is judged once per pod class.
+// its elements keeps only those that have them: eachWhere). Selections
+// and constant keys follow an origin; iterating a list binds the element
+// to path[_] (analysis.Each), so `containers.filter(c,
+// c.securityContext.privileged).map(c, c.name)` reads each container's
+// securityContext.privileged and name, not the containers whole; any other
+// use (a function's argument, an operand, a key computed at run time)
+// reads the origins whole. Every selection also reads the shape of what it
+// selects from: its errors name where a path broke. What a comprehension's
+// body reads is read only when its range has an element (members.go). The
+// Constraint (params) is a constant. So the answer is always sound, and a
+// template that does not reach object.spec.nodeName is judged once per pod
+// class.
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
 	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}}
 	for _, v := range src.Variables {
