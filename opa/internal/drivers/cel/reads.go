@@ -59,6 +59,16 @@ const (
 // Constraint (params) is a constant. So the answer is always sound, and a
 // template that does not reach object.spec.nodeName is judged once per pod
 // class.
+//
+// What it does not do: key a value on what a test gives for it. The
+// library's pod-security templates test each container's image against
+// the constraint's exemptImages (`startsWith` over a list built from
+// params) and then ask `container.image in variables.exemptImages`, a list
+// of the images that passed; both read the image whole, so a pod with a
+// new image (a Job's) is a new class on CEL, where Rego's analysis keys
+// the image on is_exempt's answer (analysis.Helper). Doing the same here
+// takes the test as a helper evaluated per element, and the identity
+// `e.f in S.filter(c, test(c.f)).map(c, c.f)` == `test(e.f)` for e in S.
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
 	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}}
 	for _, v := range src.Variables {
@@ -517,9 +527,9 @@ func (r *reader) variable(name string) value {
 // whether one of them holds spec.nodeName. A printed path that no read
 // reaches (above, at or below it) is a message path: the engine leaves it
 // out of the memo key and evaluates with a placeholder in its place.
-// Printed values are trimmed (analysis.MessagePath.Trim): only values
-// with no control character, quote or backslash and no space at either end
-// are substituted, so that none can make a message multi-line or change
+// Printed values are trimmed (analysis.MessagePath.Trim): only non-empty
+// values with no control character, quote or backslash and no space at
+// either end are substituted, so that none can make a message multi-line or change
 // what trimming it removes. One gap remains: a message within a few hundred
 // bytes of the 5 KiB bound is measured with the placeholder's length, not
 // the value's, so a value that would carry it across the bound (and turn it
