@@ -68,7 +68,8 @@ const (
 // new image (a Job's) is a new class on CEL, where Rego's analysis keys
 // the image on is_exempt's answer (analysis.Helper). Doing the same here
 // takes the test as a helper evaluated per element, and the identity
-// `e.f in S.filter(c, test(c.f)).map(c, c.f)` == `test(e.f)` for e in S.
+// `e.f in S.filter(c, test(c.f)).map(c, c.f)` == `test(e.f)` for e in S
+// (for strings: CEL's `in` equates 1 and 1.0, which a test may not).
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
 	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}}
 	for _, v := range src.Variables {
