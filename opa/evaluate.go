@@ -876,7 +876,7 @@ func (r *request) keyValue(id int, review *ast.Term, plan *lookup.InputPlan) *as
 		b.keyCache = slices.Grow(b.keyCache, id+1-n)[:id+1]
 		clear(b.keyCache[n:])
 	}
-	t := plan.Then(review, nil)
+	t := plan.ThenWith(review, nil, &b.lists)
 	b.keyCache[id] = t
 	return t
 }

@@ -116,7 +116,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			continue
 		}
 		if edits == nil {
-			v.key = append(v.key, m.Plan.Then(r.podReview, nil))
+			v.key = append(v.key, m.Plan.ThenWith(r.podReview, nil, &r.buffers().lists))
 		}
 	}
 }
@@ -166,7 +166,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, edits *[]reviewEdit) {
 	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
 	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) {
 		if edits == nil {
-			v.key = append(v.key, m.Plan.Then(r.podReview, nil))
+			v.key = append(v.key, m.Plan.ThenWith(r.podReview, nil, &r.buffers().lists))
 		}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
@@ -69,6 +70,9 @@ type podBuffers struct {
 	// keyCache holds the pod review's values at key paths, by their
 	// number in Engine.keyPaths.
 	keyCache []*ast.Term
+	// lists holds the pod review's values at the lists key paths read
+	// through (lookup.Lists).
+	lists lookup.Lists
 	// key is the memo key being looked up (keyTerms), helperRead a
 	// helper's (callHelper), helperRaw the values a helper's answers are
 	// found from (helperKey).
@@ -113,6 +117,7 @@ func (b *podBuffers) release() {
 	clear(b.steps)
 	clear(b.fetched)
 	clear(b.keyCache)
+	b.lists.Reset()
 	clear(b.key[:cap(b.key)])
 	b.steps, b.podOnly, b.fetched, b.keyCache, b.key = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.keyCache[:0], b.key[:0]
 	clear(b.viewsBySig)

@@ -3,6 +3,7 @@ package lookup
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -66,19 +67,25 @@ func CompileInput(path []*ast.Term) *InputPlan {
 // review: notReadKey where its When does not hold, Undefined where
 // nothing is there; leaf as lookupPlan.Then's.
 func (p *InputPlan) Then(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
-	if p.cond && !p.condAny && !p.holds(review) {
+	return p.ThenWith(review, leaf, nil)
+}
+
+// ThenWith is Then with lists, when not nil, holding the review's lists
+// (Lists): review must be the same for every call with the same lists.
+func (p *InputPlan) ThenWith(review *ast.Term, leaf func(ast.Value) *ast.Term, lists *Lists) *ast.Term {
+	if p.cond && !p.condAny && !p.holds(review, lists) {
 		return notReadKey
 	}
 	if p.notReview {
 		return Undefined
 	}
-	return p.body.lookupThen(review.Value, leaf)
+	return p.body.lookupRoot(review.Value, leaf, lists)
 }
 
 // holds reports whether some member of the When holds.
-func (p *InputPlan) holds(review *ast.Term) bool {
+func (p *InputPlan) holds(review *ast.Term, lists *Lists) bool {
 	for i := range p.members {
-		if p.members[i].hasMember(review) {
+		if p.members[i].hasMember(review, lists) {
 			return true
 		}
 	}
@@ -88,8 +95,8 @@ func (p *InputPlan) holds(review *ast.Term) bool {
 // hasMember reports whether the member's list has an element whose values
 // at every filter path hold, or is not a list (whatever that reads, the
 // condition is taken to hold).
-func (m *memberPlan) hasMember(review *ast.Term) bool {
-	t := m.list.lookupThen(review.Value, nil)
+func (m *memberPlan) hasMember(review *ast.Term, lists *Lists) bool {
+	t := m.list.lookupRoot(review.Value, nil, lists)
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
 		return t != Undefined
@@ -133,6 +140,10 @@ const (
 // lookupPlan reads a path below a value (no When).
 type lookupPlan struct {
 	kind planKind
+	// id is one more than the number of a planValue's path among those
+	// of every plan (listIDs), its place in Lists: given the first time
+	// the plan reads a list through Lists (0 until then).
+	id atomic.Int32
 	// keys are a planValue's steps (object keys, array indexes, set
 	// members).
 	keys []*ast.Term
@@ -227,8 +238,55 @@ func valueAt(v ast.Value, keys []*ast.Term, leaf func(ast.Value) *ast.Term) *ast
 	return found
 }
 
+// lookupRoot is lookupThen on the review's value v, with the values at
+// the lists of paths through Each, Keys and Shape taken from lists (nil:
+// looked up).
+func (p *lookupPlan) lookupRoot(v ast.Value, leaf func(ast.Value) *ast.Term, lists *Lists) *ast.Term {
+	if lists == nil || v == nil {
+		return p.lookupThen(v, leaf)
+	}
+	switch p.kind {
+	case planEach:
+		return p.eachOf(p.list.listRoot(v, lists), leaf)
+	case planKeys:
+		return lookupKeys(p.list.listRoot(v, lists))
+	case planShape:
+		return shapeOf(p.list.listRoot(v, lists))
+	}
+	return valueAt(v, p.keys, leaf)
+}
+
+// listRoot is the value at the plan's path below the review's value v,
+// kept in lists for the request's other plans.
+func (p *lookupPlan) listRoot(v ast.Value, lists *Lists) *ast.Term {
+	if p.kind != planValue {
+		return p.lookupRoot(v, nil, lists)
+	}
+	id := int(p.id.Load()) - 1
+	if id < 0 {
+		id = listIDs.of(p.keys)
+		p.id.Store(int32(id + 1))
+	}
+	if id < len(lists.vals) {
+		if t := lists.vals[id]; t != nil {
+			return t
+		}
+	} else {
+		n := len(lists.vals)
+		lists.vals = slices.Grow(lists.vals, id+1-n)[:id+1]
+		clear(lists.vals[n:])
+	}
+	t := valueAt(v, p.keys, nil)
+	lists.vals[id] = t
+	return t
+}
+
 func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term {
-	t := p.list.lookupThen(v, nil)
+	return p.eachOf(p.list.lookupThen(v, nil), leaf)
+}
+
+// eachOf is each for the value t at the plan's list.
+func (p *lookupPlan) eachOf(t *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	arr, ok := t.Value.(*ast.Array)
 	if !ok {
 		if t == Undefined {
@@ -452,4 +510,38 @@ func lookupKeys(t *ast.Term) *ast.Term {
 		}
 	})
 	return ast.ArrayTerm(keys...)
+}
+
+// Lists holds one review's values at the paths that paths through Each,
+// Keys and Shape begin with: a library's constraints read a hundred paths
+// below spec.containers, and each would look the list up from the root.
+// One request's, reset between reviews; not safe for concurrent use.
+type Lists struct{ vals []*ast.Term }
+
+// Reset forgets the values, keeping the room.
+func (l *Lists) Reset() {
+	clear(l.vals)
+	l.vals = l.vals[:0]
+}
+
+// listIDs numbers the plain paths plans were compiled with, so that a
+// request's Lists is a slice. It grows with the distinct paths of the
+// policies ever compiled, never with requests.
+var listIDs = pathIDs{ids: map[string]int{}}
+
+type pathIDs struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (p *pathIDs) of(path []*ast.Term) int {
+	k := analysis.PathString(path)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.ids[k]
+	if !ok {
+		id = len(p.ids)
+		p.ids[k] = id
+	}
+	return id
 }

@@ -37,7 +37,8 @@ func TestFindTerm(t *testing.T) {
 
 // TestLookupPlans reads a review through each kind of path the analysis
 // makes, with a plan compiled once and read twice (plans keep no state),
-// and with a leaf that marks what it was called on.
+// with a leaf that marks what it was called on, and through one Lists
+// that every case shares (one review, many plans reading its lists).
 func TestLookupPlans(t *testing.T) {
 	review := ast.MustParseTerm(`{"review": {"object": {"spec": {
 		"containers": [
@@ -55,6 +56,7 @@ func TestLookupPlans(t *testing.T) {
 	each, keys, length := analysis.Each, ast.VarTerm("$keys"), ast.VarTerm("$len")
 	privileged := []*ast.Term{s("securityContext"), s("privileged")}
 	mark := func(v ast.Value) *ast.Term { return ast.ArrayTerm(ast.StringTerm("leaf"), ast.NewTerm(v)) }
+	lists := &Lists{}
 	for _, tc := range []struct {
 		name string
 		path []*ast.Term
@@ -98,9 +100,27 @@ func TestLookupPlans(t *testing.T) {
 			plan := CompileInput(tc.path)
 			for range 2 {
 				check("plan", plan.Then(review, leaf))
+				check("plan with lists", plan.ThenWith(review, leaf, lists))
 			}
 			check("lookupInputThen", lookupInputThen(review, tc.path, leaf))
 		})
+	}
+}
+
+// TestListsReset: a Lists reset for another review gives that review's
+// values, not the last one's.
+func TestListsReset(t *testing.T) {
+	plan := CompileInput([]*ast.Term{ReviewKey, ast.StringTerm("containers"), analysis.Each, ast.StringTerm("image")})
+	lists := &Lists{}
+	for _, tc := range []struct{ review, want string }{
+		{`{"containers": [{"image": "a"}]}`, `["a"]`},
+		{`{"containers": [{"image": "b"}, {"image": "c"}]}`, `["b", "c"]`},
+		{`{}`, `set()`},
+	} {
+		lists.Reset()
+		if got := plan.ThenWith(ast.MustParseTerm(tc.review), nil, lists); got.String() != tc.want {
+			t.Errorf("%s: %v, want %s", tc.review, got, tc.want)
+		}
 	}
 }
 
