@@ -867,18 +867,11 @@ func (r *request) keyValue(id int, review *ast.Term, plan *lookup.InputPlan) *as
 		return plan.Then(review, nil)
 	}
 	b := r.buffers()
-	if id < len(b.keyCache) {
-		if t := b.keyCache[id]; t != nil {
-			return t
-		}
-	} else {
-		n := len(b.keyCache)
-		b.keyCache = slices.Grow(b.keyCache, id+1-n)[:id+1]
-		clear(b.keyCache[n:])
+	slot := b.keyCache.At(id)
+	if *slot == nil {
+		*slot = plan.ThenWith(review, nil, &b.lists)
 	}
-	t := plan.ThenWith(review, nil, &b.lists)
-	b.keyCache[id] = t
-	return t
+	return *slot
 }
 
 // nodePrinted are a node's values printed by one constraint, ready to be

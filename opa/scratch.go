@@ -69,7 +69,7 @@ type podBuffers struct {
 	fetched []prefetched
 	// keyCache holds the pod review's values at key paths, by their
 	// number in Engine.keyPaths.
-	keyCache []*ast.Term
+	keyCache lookup.Slots
 	// lists holds the pod review's values at the lists key paths read
 	// through (lookup.Lists).
 	lists lookup.Lists
@@ -116,10 +116,10 @@ func (r *request) buffers() *podBuffers {
 func (b *podBuffers) release() {
 	clear(b.steps)
 	clear(b.fetched)
-	clear(b.keyCache)
+	b.keyCache.Reset()
 	b.lists.Reset()
 	clear(b.key[:cap(b.key)])
-	b.steps, b.podOnly, b.fetched, b.keyCache, b.key = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.keyCache[:0], b.key[:0]
+	b.steps, b.podOnly, b.fetched, b.key = b.steps[:0], b.podOnly[:0], b.fetched[:0], b.key[:0]
 	clear(b.viewsBySig)
 	for _, v := range b.views[:b.usedViews] {
 		clear(v.key[:cap(v.key)])

@@ -267,18 +267,11 @@ func (p *lookupPlan) listRoot(v ast.Value, lists *Lists) *ast.Term {
 		id = listIDs.of(p.keys)
 		p.id.Store(int32(id + 1))
 	}
-	if id < len(lists.vals) {
-		if t := lists.vals[id]; t != nil {
-			return t
-		}
-	} else {
-		n := len(lists.vals)
-		lists.vals = slices.Grow(lists.vals, id+1-n)[:id+1]
-		clear(lists.vals[n:])
+	slot := lists.vals.At(id)
+	if *slot == nil {
+		*slot = valueAt(v, p.keys, nil)
 	}
-	t := valueAt(v, p.keys, nil)
-	lists.vals[id] = t
-	return t
+	return *slot
 }
 
 func (p *lookupPlan) each(v ast.Value, leaf func(ast.Value) *ast.Term) *ast.Term {
@@ -516,12 +509,28 @@ func lookupKeys(t *ast.Term) *ast.Term {
 // Keys and Shape begin with: a library's constraints read a hundred paths
 // below spec.containers, and each would look the list up from the root.
 // One request's, reset between reviews; not safe for concurrent use.
-type Lists struct{ vals []*ast.Term }
+type Lists struct{ vals Slots }
 
 // Reset forgets the values, keeping the room.
-func (l *Lists) Reset() {
-	clear(l.vals)
-	l.vals = l.vals[:0]
+func (l *Lists) Reset() { l.vals.Reset() }
+
+// Slots are terms by number (a path's, say), for one request: At grows
+// them on demand, Reset forgets them and keeps the room.
+type Slots []*ast.Term
+
+// At is the place of term id (nil until set).
+func (s *Slots) At(id int) **ast.Term {
+	if n := len(*s); id >= n {
+		*s = slices.Grow(*s, id+1-n)[:id+1]
+		clear((*s)[n:])
+	}
+	return &(*s)[id]
+}
+
+// Reset forgets the terms, keeping the room.
+func (s *Slots) Reset() {
+	clear(*s)
+	*s = (*s)[:0]
 }
 
 // listIDs numbers the plain paths plans were compiled with, so that a
