@@ -154,15 +154,31 @@ func internedAnswers(answers []*ast.Term) *ast.Term {
 	return answerArrays[len(answers)][bits]
 }
 
-// callHelper is h's answer on v, from the helper memo or evaluated.
-func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
+// helperEntry is what h reads of v (in the request's scratch buffer) and
+// the helper memo's entry for it.
+func (r *request) helperEntry(h *policyset.KeyHelper, v ast.Value) ([]*ast.Term, *memo.Entry[bool]) {
 	b := r.buffers()
 	read := b.helperRead[:0] // memo.Find copies what it keeps
 	for _, p := range h.Reads {
 		read = append(read, lookup.At(v, p))
 	}
 	b.helperRead = read
-	entry := r.e.helpers.Find(h.Owner, read)
+	return read, r.e.helpers.Find(h.Owner, read)
+}
+
+// helperAnswer is h's answer on v, from the helper memo or evaluated now
+// (never deferred); ok is false when the evaluation failed.
+func (r *request) helperAnswer(h *policyset.KeyHelper, v ast.Value) (holds, ok bool) {
+	read, entry := r.helperEntry(h, v)
+	if holds, ok := entry.Get(0); ok {
+		return holds, true
+	}
+	return r.evalHelper(h, v, entry, read)
+}
+
+// callHelper is h's answer on v, from the helper memo or evaluated.
+func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
+	read, entry := r.helperEntry(h, v)
 	if holds, ok := entry.Get(0); ok {
 		return ast.InternedTerm(holds)
 	}
@@ -183,7 +199,7 @@ func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
 // It writes nothing of the request, so that prefetch may run it on
 // several goroutines.
 func (r *request) evalHelper(h *policyset.KeyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
-	holds, err := h.Query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.Parameters, Argument: v, Cancel: r.evalCancel()})
+	holds, err := h.Query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.Parameters, Constraint: h.Constraint, Argument: v, Cancel: r.evalCancel()})
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
 		return false, false

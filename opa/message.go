@@ -25,7 +25,7 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 		}
 		j := analysis.EachAt(m.Path)
 		if j < 0 {
-			if why := r.keptWhy(m, r.podReview.Value, m.Path[1:]); why != "" {
+			if why := r.keptWhy(m, bc.PodMsgGates[i], m.Text, r.podReview.Value, m.Path[1:]); why != "" {
 				out = append(out, "input"+analysis.PathString(m.Path)+": "+why)
 			}
 			continue
@@ -35,8 +35,9 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 			continue // the list is keyed as lookup reads it (not printed value by value)
 		}
 		for k := 0; k < arr.Len(); k++ {
-			if why := r.keptWhy(m, arr.Elem(k).Value, m.Path[j+1:]); why != "" {
-				concrete := append(append(append([]*ast.Term(nil), m.Path[:j]...), ast.InternedTerm(k)), m.Path[j+1:]...)
+			concrete := append(append(append([]*ast.Term(nil), m.Path[:j]...), ast.InternedTerm(k)), m.Path[j+1:]...)
+			_, text := r.e.reg.Placeholders.OfElement(m.Index, k, func() []*ast.Term { return concrete })
+			if why := r.keptWhy(m, bc.PodMsgGates[i], text, arr.Elem(k).Value, m.Path[j+1:]); why != "" {
 				out = append(out, "input"+analysis.PathString(concrete)+": "+why)
 			}
 		}
@@ -46,9 +47,12 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 
 // keptWhy is why the value at path below v gets no placeholder ("" when
 // it gets one): walkMsgs' tests, in order.
-func (r *request) keptWhy(m *verdict.MsgSlot, v ast.Value, path []*ast.Term) string {
+func (r *request) keptWhy(m *verdict.MsgSlot, gates []*policyset.KeyHelper, text string, v ast.Value, path []*ast.Term) string {
 	if s, ok := verdict.SubstitutableAt(v, path, m.Quote, m.Trim); ok {
 		if r.absentFrom(m, s) {
+			if !r.gatesAgree(gates, s, text) {
+				return "a test the template makes of it (keyed on its answer) answers otherwise for a placeholder"
+			}
 			return ""
 		}
 		keys := make([]string, len(m.Absent))
@@ -73,11 +77,29 @@ func (r *request) keptWhy(m *verdict.MsgSlot, v ast.Value, path []*ast.Term) str
 	return "printed with %q, which escapes it"
 }
 
+// gatesAgree reports whether each of gates (helpers whose answers the
+// memo key holds for the value) answers alike on s, the value, and on
+// text, the placeholder that would stand for it: the template, which
+// tests the value, then sees the same with either. The answers are asked
+// now (not deferred: the decision must be the same on every walk), from
+// the helper memo or evaluated; a helper that fails keeps the value.
+func (r *request) gatesAgree(gates []*policyset.KeyHelper, s, text string) bool {
+	for _, h := range gates {
+		a, okA := r.helperAnswer(h, ast.String(s))
+		b, okB := r.helperAnswer(h, ast.String(text))
+		if !okA || !okB || a != b {
+			return false
+		}
+	}
+	return true
+}
+
 // absentFrom reports whether s, a value about to get a placeholder, is in
-// no key of the objects at m.absent in the pod's review, and no
-// placeholder is either: a lookup there by a key built from it then
-// misses with the real value and with the placeholder alike
-// (opa/internal/analysis/lookupkey.go). The empty string is in every key.
+// no key of the objects at m.absent in the pod's review (nor in a string
+// element, where one is a list: CEL's `in`), and no placeholder is
+// either: a lookup there by a key built from it then misses with the real
+// value and with the placeholder alike (opa/internal/analysis/lookupkey.go).
+// The empty string is in every key.
 func (r *request) absentFrom(m *verdict.MsgSlot, s string) bool {
 	if len(m.Absent) == 0 {
 		return true
@@ -85,21 +107,26 @@ func (r *request) absentFrom(m *verdict.MsgSlot, s string) bool {
 	if s == "" {
 		return false
 	}
+	holds := func(k *ast.Term) bool {
+		ks, isStr := k.Value.(ast.String)
+		return isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.reg.Placeholders.Prefix))
+	}
 	for _, p := range m.Absent {
 		if len(p) == 0 || !p[0].Equal(lookup.ReviewKey) {
 			return false // the analysis gives objects of the review only
 		}
-		obj, ok := lookup.Input(r.podReview, p).Value.(ast.Object)
-		if !ok {
-			continue // not an object (or missing): the lookup misses either way
+		switch v := lookup.Input(r.podReview, p).Value.(type) {
+		case ast.Object:
+			if v.Until(func(k, _ *ast.Term) bool { return holds(k) }) {
+				return false
+			}
+		case *ast.Array:
+			// CEL's `k in list` compares k with the elements.
+			if v.Until(holds) {
+				return false
+			}
 		}
-		held := obj.Until(func(k, _ *ast.Term) bool {
-			ks, isStr := k.Value.(ast.String)
-			return isStr && (strings.Contains(string(ks), s) || strings.Contains(string(ks), r.e.reg.Placeholders.Prefix))
-		})
-		if held {
-			return false
-		}
+		// Anything else (or nothing): the lookup misses either way.
 	}
 	return true
 }

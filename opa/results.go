@@ -23,9 +23,11 @@ type podView struct {
 	review *ast.Term
 	key    []*ast.Term
 	bind   verdict.Bindings
-	// msgs are the printed paths the view was made for; placed: some
-	// value has a placeholder, so review is not the pod's own.
+	// msgs are the printed paths the view was made for, gates their
+	// helpers (policyset.BoundConstraint.PodMsgGates); placed: some value
+	// has a placeholder, so review is not the pod's own.
 	msgs   []verdict.MsgSlot
+	gates  [][]*policyset.KeyHelper
 	placed bool
 }
 
@@ -54,7 +56,7 @@ func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
 		return v
 	}
 	v := b.newView()
-	v.msgs = bc.PodMsgs
+	v.msgs, v.gates = bc.PodMsgs, bc.PodMsgGates
 	v.bind = b.bindScratch[:0]
 	r.walkMsgs(v, nil)
 	b.bindScratch = v.bind[:0]
@@ -100,12 +102,13 @@ const maxBindHint = 128
 // nothing else: podView walks once for the key, reviewOf once more when
 // Rego runs, and both walks decide alike.
 func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
-	for _, m := range v.msgs {
+	for i, m := range v.msgs {
 		if analysis.EachAt(m.Path) >= 0 {
-			r.walkEach(v, m, edits)
+			r.walkEach(v, m, v.gates[i], edits)
 			continue
 		}
-		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote, m.Trim); ok && m.Path[0].Equal(lookup.ReviewKey) && r.absentFrom(&m, s) {
+		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote, m.Trim); ok && m.Path[0].Equal(lookup.ReviewKey) &&
+			r.absentFrom(&m, s) && r.gatesAgree(v.gates[i], s, m.Text) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.Path[1:], text: m.Text})
@@ -160,7 +163,7 @@ func (r *request) reviewOf(v *podView) *ast.Term {
 // list's part of the key holds verdict.PlaceholderKey where a placeholder stands,
 // the element's value where it cannot; a list that is not an array, or
 // too long, is keyed as lookup reads it.
-func (r *request) walkEach(v *podView, m verdict.MsgSlot, edits *[]reviewEdit) {
+func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.KeyHelper, edits *[]reviewEdit) {
 	j := analysis.EachAt(m.Path)
 	list, rest := m.Path[:j], m.Path[j+1:]
 	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
@@ -187,12 +190,16 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, edits *[]reviewEdit) {
 			entries[i] = lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
-		placed = true
-		entries[i] = verdict.PlaceholderKey
 		idx, text := r.e.reg.Placeholders.OfElement(m.Index, i, func() []*ast.Term {
 			concrete := make([]*ast.Term, 0, len(m.Path))
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
+		if !r.gatesAgree(gates, s, text) {
+			entries[i] = lookup.At(arr.Elem(i).Value, rest)
+			continue
+		}
+		placed = true
+		entries[i] = verdict.PlaceholderKey
 		if edits != nil {
 			texts[i] = text
 		} else {

@@ -123,6 +123,11 @@
 //     the object holds the value; a rule head built only when such a
 //     lookup succeeds may hold strings made of it (lookupkey.go).
 //
+// MessagePath.Helpers serves CEL's analysis: a printed value whose memo
+// key holds a Helper's answer on it gets a placeholder only when the
+// Helper answers alike for the placeholder. The Rego analysis reads such
+// a value (a Helper there takes the element, not the printed value).
+//
 // Known imprecisions, each costing evaluations, never verdicts: a list
 // iterated through a variable key of an object that nothing binds
 // (`spec[field][_]` alone) is read whole; a printed value in a set that is

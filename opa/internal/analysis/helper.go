@@ -44,6 +44,12 @@ func Helper(fn ast.Ref, args []*ast.Term, reads [][]*ast.Term) *ast.Term {
 	return ast.ArrayTerm(ast.VarTerm("$helper"), ast.RefTerm(fn...), ast.ArrayTerm(args...), ast.ArrayTerm(paths...))
 }
 
+// HelperOn is a Helper whose function takes the value as its one
+// argument (an engine's own kind of function, fn naming it).
+func HelperOn(fn ast.Ref, reads [][]*ast.Term) *ast.Term {
+	return Helper(fn, []*ast.Term{argMarker}, reads)
+}
+
 // HelperCall is a Helper's parts: the function, its arguments (IsArg marks
 // the value's place) and the reads below the value.
 type HelperCall struct {

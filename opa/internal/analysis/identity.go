@@ -30,6 +30,9 @@ type HelperDeps struct {
 	// Params are the paths below input.parameters the function reads;
 	// one empty path when it may read any of them.
 	Params [][]*ast.Term
+	// Presence: the answer also depends on whether the Constraint has
+	// spec.parameters at all (CEL's variables.params is null without).
+	Presence bool
 }
 
 // HelperDependencies reads what h's answer depends on, h being a Helper of

@@ -39,6 +39,11 @@ type MessagePath struct {
 	// placeholder only when no key of each contains it, nor placeholder
 	// text.
 	Absent [][]*ast.Term
+	// Helpers are Helpers (helper.go) on the value itself, which the memo
+	// key holds the answers of while the template prints the value: it
+	// gets a placeholder only when each answers alike on it and on the
+	// placeholder, so that the template's tests see the same.
+	Helpers []*ast.Term
 }
 
 // Result is what a template can read.
@@ -137,6 +142,10 @@ func (a *Result) Describe() []string {
 		only := " (message only"
 		for _, in := range m.Absent {
 			only += ", unless a key of input" + PathString(in) + " holds it"
+		}
+		for _, h := range m.Helpers {
+			call, _ := HelperOf(h)
+			only += ", unless " + helperString(call)[1:] + " answers otherwise for a placeholder"
 		}
 		out = append(out, root+PathString(m.Path)+only+")")
 	}

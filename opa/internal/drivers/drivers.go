@@ -83,6 +83,9 @@ type Helper interface {
 type HelperInput struct {
 	Txn        storage.Transaction
 	Parameters *ast.Term
+	// Constraint is as Input's: the whole Constraint, for engines that
+	// read it.
+	Constraint *unstructured.Unstructured
 	Argument   ast.Value
 	Cancel     topdown.Cancel
 }

@@ -2,6 +2,7 @@ package policyset
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,10 @@ type BoundConstraint struct {
 	// podMsgs and nodeMsgs are the printed paths of the pod's review and
 	// of the node; nameMsg the candidate's name when it is printed.
 	PodMsgs, NodeMsgs []verdict.MsgSlot
+	// PodMsgGates are, by pod message, the helpers whose answers on a
+	// value and on its placeholder must agree for it to get one
+	// (analysis.MessagePath.Helpers); nil for most.
+	PodMsgGates [][]*KeyHelper
 	// PodViewSig names the pod view podMsgs make (request.podView):
 	// constraints that print the same pod paths share one per request.
 	PodViewSig string
@@ -67,9 +72,13 @@ type BoundConstraint struct {
 const MaxNodeClasses = 1 << 17
 
 // podViewSig is the name of the pod view of the printed paths msgs.
-func podViewSig(msgs []verdict.MsgSlot) string {
+func podViewSig(msgs []verdict.MsgSlot, gates [][]*KeyHelper) string {
 	var sig strings.Builder
-	for _, m := range msgs {
+	for i, m := range msgs {
+		for _, g := range gates[i] {
+			// and on these helpers' answers.
+			sig.WriteString("?" + strconv.FormatUint(g.Owner, 10))
+		}
 		sig.WriteString(strconv.Itoa(m.Index))
 		if m.Quote {
 			sig.WriteByte('q')
@@ -131,10 +140,19 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 			bc.NodeMsgs = append(bc.NodeMsgs, slot)
 		} else {
 			slot.Plan = lookup.CompileInput(m.Path)
+			var gates []*KeyHelper
+			for _, h := range m.Helpers {
+				kh, err := reg.helperOf(ct, bc, append(slices.Clone(m.Path), h))
+				if err != nil {
+					return nil, err
+				}
+				gates = append(gates, kh)
+			}
 			bc.PodMsgs = append(bc.PodMsgs, slot)
+			bc.PodMsgGates = append(bc.PodMsgGates, gates)
 		}
 	}
-	bc.PodViewSig = podViewSig(bc.PodMsgs)
+	bc.PodViewSig = podViewSig(bc.PodMsgs, bc.PodMsgGates)
 	if bc.Analysis.InventoryOther {
 		bc.InvKinds, bc.InvAny = inventory.KeyKinds(ct.invReads, bc.Analysis.OtherNodes), ct.invReads.Any
 		if len(bc.InvKinds) == 0 && !bc.InvAny {

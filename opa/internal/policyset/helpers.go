@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
@@ -23,8 +24,10 @@ type KeyHelper struct {
 	// reads are the function's reads below the value: its memo key.
 	Reads [][]*ast.Term
 	Query drivers.Helper
-	// parameters are the constraint's: input.parameters of every call.
+	// parameters are the constraint's: input.parameters of every call;
+	// Constraint the whole Constraint (drivers.Input.Constraint).
 	Parameters *ast.Term
+	Constraint *unstructured.Unstructured
 	// rawPaths are the reads' review paths (the argument's path, then the
 	// read), rawIDs their numbers in the Registry's key paths and eachDepth the Each
 	// in the argument's path: a request finds the answers the helper memo
@@ -45,10 +48,14 @@ type KeyHelper struct {
 // helperIdentity names what a helper's answer depends on besides its
 // value: the code it runs, its constant arguments, what it reads of the
 // value, and the values of the parameters it reads.
-func helperIdentity(deps analysis.HelperDeps, h analysis.HelperCall, params ast.Value) string {
+func helperIdentity(deps analysis.HelperDeps, h analysis.HelperCall, params ast.Value, constraint *unstructured.Unstructured) string {
 	var b strings.Builder
 	b.WriteString(deps.Code)
 	b.WriteString("\x00")
+	if deps.Presence {
+		_, present, _ := unstructured.NestedFieldNoCopy(constraintObject(constraint), "spec", "parameters")
+		fmt.Fprintf(&b, "parameters present: %t\x00", present)
+	}
 	for _, a := range h.Args {
 		b.WriteString(a.String())
 		b.WriteString("\x00")
@@ -70,6 +77,14 @@ func helperIdentity(deps analysis.HelperDeps, h analysis.HelperCall, params ast.
 	return b.String()
 }
 
+// constraintObject is u's content (nil for none).
+func constraintObject(u *unstructured.Unstructured) map[string]any {
+	if u == nil {
+		return nil
+	}
+	return u.Object
+}
+
 // helperOf is the keyHelper of a key path ending in a Helper, or nil.
 func (reg *Registry) helperOf(ct *CompiledTemplate, bc *BoundConstraint, path []*ast.Term) (*KeyHelper, error) {
 	if len(path) == 0 {
@@ -83,8 +98,8 @@ func (reg *Registry) helperOf(ct *CompiledTemplate, bc *BoundConstraint, path []
 	if err != nil {
 		return nil, fmt.Errorf("prepare helper %s: %w", h.Func, err)
 	}
-	identity := helperIdentity(deps, h, bc.Parameters)
-	kh := &KeyHelper{Owner: reg.helperOwner(identity), identity: identity, Reads: h.Reads, Query: q, Parameters: ast.NewTerm(bc.Parameters)}
+	identity := helperIdentity(deps, h, bc.Parameters, bc.Object)
+	kh := &KeyHelper{Owner: reg.helperOwner(identity), identity: identity, Reads: h.Reads, Query: q, Parameters: ast.NewTerm(bc.Parameters), Constraint: bc.Object}
 	arg := path[:len(path)-1]
 	kh.ArgPlan = lookup.CompileInput(arg)
 	if _, _, conditional := analysis.Condition(arg); !conditional {

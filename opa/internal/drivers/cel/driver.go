@@ -11,8 +11,11 @@
 // engine keys its memo on those values only: a template that does not read
 // spec.nodeName is judged once per pod class. What a comprehension's body
 // reads counts only when its range has an element, and a filter that tests
-// fields keeps only the elements that have them (members.go). CEL code cannot see
-// data.inventory. Like drivers/rego, it knows nothing of the memo or a
+// fields keeps only the elements that have them (members.go). A use of a
+// list of the values a test kept (the library's exemptImages) is keyed on
+// the test's answer, which helper.go evaluates alone (membership.go), and
+// a value a lookup's key is built from is printed, as a message's values
+// are (lookupkey.go). CEL code cannot see data.inventory. Like drivers/rego, it knows nothing of the memo or a
 // request.
 package cel
 
@@ -103,7 +106,8 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CEL environment for template %s: %w", t.Name, err)
 	}
-	p.analysis = analyze(env, t.CEL)
+	p.compiler = compiler
+	p.analysis, p.members = analyze(env, t.CEL)
 	return p, nil
 }
 

@@ -165,11 +165,7 @@ func (r *reader) members(e celast.Expr, sc scope, depth int) (ms []member, direc
 	}
 	switch e.Kind() {
 	case celast.SelectKind:
-		s := e.AsSelect()
-		if s.IsTestOnly() || s.Operand().Kind() != celast.IdentKind || s.Operand().AsIdent() != "variables" || shadowed(sc, "variables") {
-			return nil, false, false
-		}
-		src, known := r.vars[s.FieldName()]
+		src, known := r.templateVariable(e, sc)
 		if !known {
 			return nil, false, false
 		}
@@ -378,16 +374,16 @@ func keptElements(out, elems value, guards [][]string) value {
 	res := slices.Clone(out)
 	for i, o := range res {
 		n := len(o.path)
-		if !o.elems || n == 0 || !isEach(o.path[n-1]) {
+		if len(o.wrap) != 1 || !o.list() || n == 0 || !isEach(o.path[n-1]) {
 			continue
 		}
-		fromRange := slices.ContainsFunc(elems, func(e origin) bool { return !e.elems && slices.Equal(e.path, o.path) })
+		fromRange := slices.ContainsFunc(elems, func(e origin) bool { return !e.wrapped() && slices.Equal(e.path, o.path) })
 		if !fromRange {
 			continue
 		}
 		p := slices.Clone(o.path)
 		p[n-1] = eachWhere(p[n-1], guards)
-		res[i] = origin{path: p, elems: true}
+		res[i] = origin{path: p, wrap: o.wrap}
 	}
 	return res
 }

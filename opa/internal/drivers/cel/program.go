@@ -36,6 +36,11 @@ type Program struct {
 	validations plugincel.ConditionEvaluator
 	messages    plugincel.ConditionEvaluator
 	analysis    *analysis.Result
+	// compiler compiles the helpers of members, the template's variables
+	// that are memberships (membership.go, helper.go).
+	compiler *plugincel.CompositedCompiler
+	members  map[string]*membership
+	helpers  memberHelpers
 }
 
 // Template is the template the program was compiled from.
@@ -58,11 +63,6 @@ func (p *Program) InventoryReads() inventory.Reads { return inventory.Reads{} }
 // ListViolations: one violation per failed validation, in order,
 // duplicates kept, as Gatekeeper's k8scel driver reports them.
 func (p *Program) ListViolations() bool { return true }
-
-// Helper: CEL code has no Rego functions for a memo key to stand in for.
-func (p *Program) Helper(call analysis.HelperCall) (drivers.Helper, analysis.HelperDeps, error) {
-	return nil, analysis.HelperDeps{}, fmt.Errorf("template %s is CEL code: no helper %s", p.t.Name, call.Func)
-}
 
 // Eval judges one review: the violations of the failed validations, with
 // Gatekeeper's messages. An evaluation error denies with its text under

@@ -3,6 +3,8 @@ package cel
 import (
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 
 	celgo "github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -49,9 +51,15 @@ const (
 // concatenations, filter and map results; a filter that tests fields of
 // its elements keeps only those that have them: eachWhere). Selections
 // and constant keys follow an origin; iterating a list binds the element
-// to path[_] (analysis.Each), so `containers.filter(c,
+// to path[_] (analysis.Each) and reads how many there are, so `containers.filter(c,
 // c.securityContext.privileged).map(c, c.name)` reads each container's
-// securityContext.privileged and name, not the containers whole; any other
+// securityContext.privileged and name, not the containers whole. List
+// and map literals keep their values' origins by position and key, so a
+// name in a pair (`[c.name, caps]`, printed as `pair[0]`) or in a map
+// (`{"container": c.name}`) that only a message prints is printed, and so
+// is one that a lookup's key is built from (`(prefix + c.name) in
+// annotations`, lookupkey.go), on the engine's condition that no key of
+// the object holds it. Any other
 // use (a function's argument, an operand, a key computed at run time)
 // reads the origins whole. Every selection also reads the shape of what it
 // selects from: its errors name where a path broke. What a comprehension's
@@ -60,21 +68,25 @@ const (
 // template that does not reach object.spec.nodeName is judged once per pod
 // class.
 //
-// What it does not do: key a value on what a test gives for it. The
-// library's pod-security templates test each container's image against
-// the constraint's exemptImages (`startsWith` over a list built from
-// params) and then ask `container.image in variables.exemptImages`, a list
-// of the images that passed; both read the image whole, so a pod with a
-// new image (a Job's) is a new class on CEL, where Rego's analysis keys
-// the image on is_exempt's answer (analysis.Helper). Doing the same here
-// takes the test as a helper evaluated per element, and the identity
-// `e.f in S.filter(c, test(c.f)).map(c, c.f)` == `test(e.f)` for e in S
-// (for strings: CEL's `in` equates 1 and 1.0, which a test may not).
-func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
-	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}}
+// A use `e.image in variables.exemptImages` of a list of the values a
+// test kept, e an element of the list's range, is read as the test's
+// answer on e.image (membership.go): a pod with a new image that no
+// exemption covers is then the same class as the others. A value keyed so
+// that a message also prints (allow-privilege-escalation's images) stays
+// printed, with the test as a gate: the engine gives it a placeholder only
+// when the test answers alike for the placeholder
+// (analysis.MessagePath.Helpers). Reads are not
+// keyed on the cost of evaluating them: a pod whose values are long enough
+// to exhaust CEL's per-call cost budget where the class's representative
+// did not (or the reverse) would be judged as the representative was; a
+// helper's values are at most 4 KiB, far from the budget for the library's
+// tests.
+func analyze(env *celgo.Env, src *gatekeeper.CELSource) (*analysis.Result, map[string]*membership) {
+	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}, rangeOf: map[string][]string{}, rangeRead: map[string]bool{}, keyedIn: map[string][][]string{}}
 	for _, v := range src.Variables {
 		r.vars[v.Name] = v.Expression
 	}
+	r.memberships = r.findMemberships()
 	for _, mc := range src.MatchConditions {
 		r.expression(mc.Expression)
 	}
@@ -86,14 +98,48 @@ func analyze(env *celgo.Env, src *gatekeeper.CELSource) *analysis.Result {
 			r.message(v.MessageExpression)
 		}
 	}
-	return result(r.reads, r.printed)
+	return r.result(), r.memberships
 }
 
-// origin is where a value comes from: the value at path, or (elems) a list
-// whose elements are values at path.
+// origin is where a value comes from: the value at path, wrapped (wrap,
+// outermost first) in list and map literals: a list whose elements, or
+// whose element at a known position ("[1]"), are such values; "." and a
+// key, a map whose value at that key is. So `[c.name, x]` is a list whose
+// first element is a value at containers[_].name, and `{"container":
+// c.name}` a map whose container is.
 type origin struct {
-	path  []string
-	elems bool
+	path []string
+	wrap []string
+}
+
+// elemStep is a wrap's step into any element of a list; maxWrap the most
+// steps kept (a value wrapped deeper is read whole).
+const (
+	elemStep = "[]"
+	maxWrap  = 4
+)
+
+// wrapped: o is a list or a map literal, not the value at its path.
+func (o origin) wrapped() bool { return len(o.wrap) > 0 }
+
+// list: o is a list whose elements come from its path.
+func (o origin) list() bool { return len(o.wrap) > 0 && strings.HasPrefix(o.wrap[0], "[") }
+
+// anyPosition is o, a list of a concatenation, with its elements at any
+// position.
+func (o origin) anyPosition() origin {
+	if !o.list() || o.wrap[0] == elemStep {
+		return o
+	}
+	return origin{path: o.path, wrap: append([]string{elemStep}, o.wrap[1:]...)}
+}
+
+// inner is the origin of what o's first step leads to.
+func (o origin) inner() origin { return origin{path: o.path, wrap: o.wrap[1:]} }
+
+// within is o wrapped one step more.
+func (o origin) within(step string) origin {
+	return origin{path: o.path, wrap: append([]string{step}, o.wrap...)}
 }
 
 // value is what an expression's value may be made of: nil for a value
@@ -117,6 +163,15 @@ type reader struct {
 	// printed are paths of the object that message expressions only
 	// concatenate into their message (print).
 	printed [][]string
+	// memberships are the variables that are memberships (membership.go);
+	// rangeOf the range parts of the comprehensions' variables in force,
+	// and rangeRead the memberships whose list's reads are recorded.
+	memberships map[string]*membership
+	rangeOf     map[string][]string
+	rangeRead   map[string]bool
+	// keyedIn are the objects printed values are looked up in
+	// (lookupkey.go), by printed path.
+	keyedIn map[string][][]string
 }
 
 // parse is the expression's AST, or false when it does not parse: it
@@ -150,8 +205,7 @@ func (r *reader) message(src string) {
 // string() and the branches of a conditional is printed, not read.
 func (r *reader) print(e celast.Expr) {
 	if p, anyObject, ok := objectChain(e); ok {
-		r.printed = append(r.printed, p)
-		r.shapes(p)
+		r.printPath(p)
 		if anyObject {
 			// variables.anyObject is oldObject on a DELETE without object.
 			r.add(append([]string{"oldObject"}, p[1:]...))
@@ -193,13 +247,25 @@ func (r *reader) print(e celast.Expr) {
 // element its own placeholder) is printed, any other is read.
 func (r *reader) printOrigins(v value) {
 	for _, o := range v {
-		if o.path[0] == "object" && len(o.path) > 1 && eachCount(o.path) <= 1 && !slices.Contains(o.path, shapeMark) {
-			r.printed = append(r.printed, o.path)
-			r.shapes(o.path)
+		plain := !o.wrapped() || (len(o.wrap) == 1 && o.list()) // a list joined, or its elements
+		if plain && printablePath(o.path) {
+			r.printPath(o.path)
 			continue
 		}
 		r.use(value{o})
 	}
+}
+
+// printablePath: path is a value of the object (through one list's
+// elements at most) that a message could print with a placeholder.
+func printablePath(path []string) bool {
+	return path[0] == "object" && len(path) > 1 && eachCount(path) <= 1 && !slices.Contains(path, shapeMark)
+}
+
+// printPath records path as printed, and the shapes on the way to it.
+func (r *reader) printPath(path []string) {
+	r.printed = append(r.printed, path)
+	r.shapes(path)
 }
 
 // objectChain reads e as object.<fields> or variables.anyObject.<fields>
@@ -240,23 +306,20 @@ func (r *reader) eval(e celast.Expr, sc scope) value {
 	case celast.CallKind:
 		return r.call(e, sc)
 	case celast.ListKind:
-		var out value
-		for _, x := range e.AsList().Elements() {
-			for _, o := range r.eval(x, sc) {
-				if o.elems {
-					r.add(o.path) // a list of lists: read whole
-					continue
-				}
-				out = append(out, origin{path: o.path, elems: true})
-			}
-		}
-		return out
+		return r.wrapAll(e.AsList().Elements(), nil, sc)
 	case celast.MapKind:
+		var out value
 		for _, en := range e.AsMap().Entries() {
 			me := en.AsMapEntry()
-			r.use(r.eval(me.Key(), sc))
+			key := me.Key()
+			if k, isString := literalString(key); isString && !me.IsOptional() {
+				out = append(out, r.wrapAll([]celast.Expr{me.Value()}, &k, sc)...)
+				continue
+			}
+			r.use(r.eval(key, sc))
 			r.use(r.eval(me.Value(), sc))
 		}
+		return out
 	case celast.StructKind:
 		for _, f := range e.AsStruct().Fields() {
 			r.use(r.eval(f.AsStructField().Value(), sc))
@@ -265,6 +328,36 @@ func (r *reader) eval(e celast.Expr, sc scope) value {
 		return r.comprehension(e.AsComprehension(), sc)
 	}
 	return nil
+}
+
+// wrapAll are the origins of a list of es (key nil) or of a map whose
+// value at *key is es[0]: each of their origins wrapped one step more, or
+// read whole when that is too deep.
+func (r *reader) wrapAll(es []celast.Expr, key *string, sc scope) value {
+	var out value
+	for i, x := range es {
+		step := "[" + strconv.Itoa(i) + "]"
+		if key != nil {
+			step = "." + *key
+		}
+		for _, o := range r.eval(x, sc) {
+			if len(o.wrap) >= maxWrap {
+				r.add(o.path)
+				continue
+			}
+			out = append(out, o.within(step))
+		}
+	}
+	return out
+}
+
+// literalString reads e as a string literal.
+func literalString(e celast.Expr) (string, bool) {
+	if e.Kind() != celast.LiteralKind {
+		return "", false
+	}
+	s, ok := e.AsLiteral().(types.String)
+	return string(s), ok
 }
 
 // ident is a name's value: a comprehension's variable, or one of the CEL
@@ -292,8 +385,12 @@ func (r *reader) selectField(v value, f string, test bool) value {
 	var out value
 	for _, o := range v {
 		switch {
-		case o.elems:
-			// A list has no fields: the selection fails alike for all.
+		case o.wrapped():
+			// A list has no fields, a map literal the same keys for all:
+			// the value at its key is its own.
+			if !test && o.wrap[0] == "."+f {
+				out = append(out, o.inner())
+			}
 		case o.path[0] == variablesRoot:
 			if !test {
 				out = append(out, r.variable(f)...)
@@ -332,22 +429,31 @@ func (r *reader) call(e celast.Expr, sc scope) value {
 	switch fn := c.FunctionName(); {
 	case (fn == operators.Index || fn == operators.OptIndex) && len(args) == 2:
 		list := r.eval(args[0], sc)
-		r.use(r.eval(args[1], sc))
 		if args[1].Kind() == celast.LiteralKind {
-			if _, isInt := args[1].AsLiteral().(types.Int); isInt {
-				return r.elements(list) // one element: any of them
+			if k, isInt := args[1].AsLiteral().(types.Int); isInt {
+				return r.elementsAt(list, "["+strconv.Itoa(int(k))+"]")
 			}
 		}
-		r.use(list)
+		r.lookup(r.eval(args[1], sc), list)
 		return nil
 	case fn == operators.Conditional && len(args) == 3:
 		r.use(r.eval(args[0], sc))
 		return append(r.eval(args[1], sc), r.eval(args[2], sc)...)
 	case fn == operators.Add && len(args) == 2:
-		// Lists concatenate; strings and numbers are used whole anyway.
-		return append(r.eval(args[0], sc), r.eval(args[1], sc)...)
+		// Lists concatenate (their elements' positions change); strings
+		// and numbers are used whole anyway.
+		var out value
+		for _, o := range append(r.eval(args[0], sc), r.eval(args[1], sc)...) {
+			out = append(out, o.anyPosition())
+		}
+		return out
 	case fn == "dyn" && !c.IsMemberFunction() && len(args) == 1:
 		return r.eval(args[0], sc)
+	case fn == operators.In && len(args) == 2:
+		if !r.memberTest(args[0], args[1], sc) {
+			r.lookup(r.eval(args[0], sc), r.eval(args[1], sc))
+		}
+		return nil
 	case fn == overloads.Size && (len(args) == 1) != c.IsMemberFunction():
 		x := c.Target()
 		if !c.IsMemberFunction() {
@@ -375,8 +481,10 @@ func (r *reader) size(v value) {
 		switch {
 		case o.path[0] == requestRoot || o.path[0] == variablesRoot:
 			r.use(value{o})
-		case o.elems:
-			r.add(append(slices.Clone(o.path), shapeMark))
+		case o.wrapped():
+			// A literal's size is its own; a list built by a comprehension
+			// is as long as its range (recorded where it is iterated) and
+			// the elements its test kept (recorded where the test ran).
 		default:
 			r.add(append(slices.Clone(o.path), eachMark, shapeMark))
 		}
@@ -384,17 +492,27 @@ func (r *reader) size(v value) {
 }
 
 // elements are the origins of the elements of a list with origins v.
-func (r *reader) elements(v value) value {
+func (r *reader) elements(v value) value { return r.elementsAt(v, "") }
+
+// elementsAt are the origins of the element at position pos ("[1]"; ""
+// for any) of a list with origins v.
+func (r *reader) elementsAt(v value, pos string) value {
 	var out value
 	for _, o := range v {
-		if o.elems {
-			out = append(out, origin{path: o.path})
+		if o.wrapped() {
+			// A map literal's elements are its keys, constants.
+			if o.list() && (pos == "" || o.wrap[0] == elemStep || o.wrap[0] == pos) {
+				out = append(out, o.inner())
+			}
 			continue
 		}
 		if o.path[0] == requestRoot || o.path[0] == variablesRoot {
 			continue
 		}
+		// How many elements there are: a comprehension's value may depend
+		// on nothing else (exists(c, true)).
 		r.add(append(slices.Clone(o.path), shapeMark))
+		r.add(append(slices.Clone(o.path), eachMark, shapeMark))
 		out = append(out, origin{path: append(slices.Clone(o.path), eachMark)})
 	}
 	return out
@@ -415,6 +533,7 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 	if c.HasIterVar2() {
 		inner[c.IterVar2()] = elems
 	}
+	defer r.bindRange(c, sc)()
 	accu := r.eval(c.AccuInit(), sc)
 	inner[c.AccuVar()] = accu
 	outer := r.when
@@ -440,7 +559,7 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 func union(a, b value) value {
 	out := slices.Clone(a)
 	for _, o := range b {
-		if !slices.ContainsFunc(out, func(x origin) bool { return x.elems == o.elems && slices.Equal(x.path, o.path) }) {
+		if !slices.ContainsFunc(out, func(x origin) bool { return slices.Equal(x.wrap, o.wrap) && slices.Equal(x.path, o.path) }) {
 			out = append(out, o)
 		}
 	}
@@ -535,21 +654,26 @@ func (r *reader) variable(name string) value {
 // bytes of the 5 KiB bound is measured with the placeholder's length, not
 // the value's, so a value that would carry it across the bound (and turn it
 // into the validation's message or the fallback text) is not seen to.
-func result(reads []read, printed [][]string) *analysis.Result {
-	paths := minimal(reads)
+func (r *reader) result() *analysis.Result {
+	paths := minimal(r.reads)
 	a := &analysis.Result{}
-	for _, p := range minimal(unconditional(printed)) {
+	for _, p := range broadest(minimal(unconditional(r.printed))) {
 		// The printed value's own shape is the placeholder's business: it
 		// stands only for a string, and any other value stays in the key.
 		own := append(slices.Clone(p), analysis.Shape)
 		others := slices.DeleteFunc(slices.Clone(paths), func(q []*ast.Term) bool {
 			return slices.EqualFunc(analysis.Unconditioned(q), own, (*ast.Term).Equal)
 		})
+		// A test of the value keyed on its answer (a membership's helper)
+		// is the placeholder's business too: the engine gives one only
+		// when the test answers alike for it.
+		helpers := helpersOn(others, p)
+		others = slices.DeleteFunc(others, func(q []*ast.Term) bool { return helperOn(q, p) != nil })
 		if related(others, p) || analysis.PrefixRelated(p, analysis.NodeNamePath) {
 			paths = append(paths, p)
 			continue
 		}
-		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true})
+		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true, Absent: r.absentIn(p), Helpers: helpers})
 	}
 	a.InputPaths = minimal2(paths)
 	for _, p := range a.InputPaths {
@@ -559,6 +683,45 @@ func result(reads []read, printed [][]string) *analysis.Result {
 		}
 	}
 	return a
+}
+
+// helperOn is q's Helper when q is p (whatever filters their elements
+// went through) followed by one, under any condition; nil otherwise.
+func helperOn(q, p []*ast.Term) *ast.Term {
+	q = analysis.Unconditioned(q)
+	if len(q) != len(p)+1 || !analysis.IsHelper(q[len(p)]) ||
+		!slices.EqualFunc(anyElement(q[:len(p)]), anyElement(p), (*ast.Term).Equal) {
+		return nil
+	}
+	return q[len(p)]
+}
+
+// helpersOn are the Helpers of paths on p (helperOn), each once.
+func helpersOn(paths [][]*ast.Term, p []*ast.Term) []*ast.Term {
+	var out []*ast.Term
+	for _, q := range paths {
+		if h := helperOn(q, p); h != nil && !slices.ContainsFunc(out, h.Equal) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// broadest are printed paths without those that another names with fewer
+// element filters (the names of the containers a filter kept, and of all
+// the containers): each value gets one placeholder.
+func broadest(paths [][]*ast.Term) [][]*ast.Term {
+	var out [][]*ast.Term
+	for _, p := range paths {
+		any := anyElement(p)
+		wider := slices.ContainsFunc(paths, func(q []*ast.Term) bool {
+			return !slices.EqualFunc(q, p, (*ast.Term).Equal) && slices.EqualFunc(q, any, (*ast.Term).Equal)
+		})
+		if !wider {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // minimal are the review paths of reads (below input.review), a read
@@ -586,6 +749,8 @@ func reviewPath(path []string) []*ast.Term {
 			p = append(p, analysis.Shape)
 		case isEach(f):
 			p = append(p, eachTerm(f))
+		case strings.HasPrefix(f, helperMark):
+			p = append(p, helperTerm(f[len(helperMark):]))
 		default:
 			p = append(p, ast.StringTerm(f))
 		}

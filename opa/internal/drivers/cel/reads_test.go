@@ -27,17 +27,20 @@ func TestAnalyze(t *testing.T) {
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `has(object.metadata.labels) && object.metadata.labels["team"] == "a"`}}},
 		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels.(shape)", ".review.object.metadata.labels.team"},
 	}, {
-		name:  "a key computed at run time reads the whole map",
-		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.metadata.labels[object.metadata.namespace] == "x"`}}},
-		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels", ".review.object.metadata.namespace"},
+		// The key is printed, looked up in the labels (lookupkey.go).
+		name:    "a key computed at run time reads the whole map",
+		src:     gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.metadata.labels[object.metadata.namespace] == "x"`}}},
+		reads:   []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.labels"},
+		printed: []string{".review.object.metadata.namespace"},
 	}, {
 		name: "anyObject and params through variables; a mapped list counted",
 		src: gatekeeper.CELSource{
 			Variables:   []gatekeeper.CELNamed{{Name: "ports", Expression: `variables.anyObject.spec.containers.map(c, c.ports)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.ports) < variables.params.max`}},
 		},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].ports.(shape)",
-			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)", ".review.oldObject.spec.containers[_].ports.(shape)", ".review.operation"},
+		// The mapped list is as long as the containers: their count.
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)", ".review.operation"},
 	}, {
 		name: "a printed name is left out of the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
@@ -90,9 +93,9 @@ func TestAnalyze(t *testing.T) {
 		},
 		// The filter keeps the containers that have the fields it tests:
 		// the names printed are theirs (each its own placeholder), the
-		// list's count and shapes theirs too.
+		// list's count is the containers' and what the test read.
 		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)",
-			".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].(shape)", ".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].name.(shape)",
+			".review.object.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].(shape)",
 			".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].securityContext.(shape)", ".review.object.spec.containers[_].securityContext.privileged",
 			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)",
 			".review.oldObject.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].(shape)", ".review.oldObject.spec.containers[_ where .securityContext.(shape), .securityContext.privileged].name",
@@ -102,7 +105,7 @@ func TestAnalyze(t *testing.T) {
 	}, {
 		name: "a filtered list counted: the elements' count and what the test read",
 		src:  gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size(object.spec.volumes.filter(v, has(v.hostPath))) == 0`}}},
-		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)",
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
 			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
 	}, {
 		name: "a name printed into a list the message joins",
@@ -110,9 +113,9 @@ func TestAnalyze(t *testing.T) {
 			Variables:   []gatekeeper.CELNamed{{Name: "bad", Expression: `object.spec.volumes.filter(v, has(v.hostPath)).map(v, "volume " + v.name + " of pod " + object.metadata.name)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.join(", ")`}},
 		},
-		// The list's size reads the shape of what its elements hold.
-		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
-			".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)", ".review.object.spec.volumes[_ where .hostPath.(shape)].name.(shape)",
+		// The list's size is the volumes' count and what the test read.
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
+			".review.object.spec.volumes[_ where .hostPath.(shape)].(shape)",
 			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].hostPath.(shape)"},
 		printed: []string{".review.object.metadata.name", ".review.object.spec.volumes[_ where .hostPath.(shape)].name"},
 	}, {
@@ -134,12 +137,14 @@ func TestAnalyze(t *testing.T) {
 		src:  gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `variables.anyObject.spec.volumes.all(v, object.metadata.name != "x")`}}},
 		reads: []string{"(if .review.object.spec.volumes[_] or .review.oldObject.spec.volumes[_]) .review.object.metadata.(shape)",
 			"(if .review.object.spec.volumes[_] or .review.oldObject.spec.volumes[_]) .review.object.metadata.name",
-			".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
-			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.volumes.(shape)", ".review.operation"},
+			".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.volumes.(shape)", ".review.oldObject.spec.volumes[_].(shape)", ".review.operation"},
 	}, {
+		// Iterating reads how many elements there are: an empty list's
+		// all() is true whatever the body says.
 		name:  "a range with elements of its own is no condition",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `(has(object.spec.volumes) ? object.spec.volumes : [1]).all(v, object.metadata.name != "x")`}}},
-		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)"},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)", ".review.object.spec.volumes[_].(shape)"},
 	}, {
 		name: "a variable first used in a body is read under no condition",
 		src: gatekeeper.CELSource{
@@ -148,6 +153,53 @@ func TestAnalyze(t *testing.T) {
 		},
 		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.spec.(shape)", ".review.object.spec.volumes.(shape)",
 			".review.object.spec.volumes[_].(shape)", ".review.object.spec.volumes[_].name"},
+	}, {
+		name:  "a body that reads nothing of the element: the count",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.containers.exists(c, true)`}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)"},
+	}, {
+		name: "a name in a pair, printed by position",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "pairs", Expression: `object.spec.containers.map(c, [c.name, c.image == "x"])`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `!variables.pairs.exists(p, p[1])`, MessageExpression: `variables.pairs.map(p, "container " + p[0]).join(", ")`}},
+		},
+		reads:   []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].image"},
+		printed: []string{".review.object.spec.containers[_].name"},
+	}, {
+		name: "a name in a map literal, printed by key",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "profiles", Expression: `object.spec.containers.map(c, {"container": c.name, "bad": c.image == "x"})`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `!variables.profiles.exists(p, p.bad)`, MessageExpression: `variables.profiles.map(p, "container " + p.container).join(", ")`}},
+		},
+		reads:   []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].image"},
+		printed: []string{".review.object.spec.containers[_].name"},
+	}, {
+		name: "a pair's other position is read",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "pairs", Expression: `object.spec.containers.map(c, [c.name, c.image])`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `!variables.pairs.exists(p, p[1] == "x")`, MessageExpression: `variables.pairs.map(p, "container " + p[0]).join(", ")`}},
+		},
+		reads:   []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].image"},
+		printed: []string{".review.object.spec.containers[_].name"},
+	}, {
+		name: "a concatenation's positions are unknown: both read",
+		src: gatekeeper.CELSource{
+			Variables:   []gatekeeper.CELNamed{{Name: "l", Expression: `[object.metadata.name] + [object.metadata.namespace]`}},
+			Validations: []gatekeeper.CELValidation{{Expression: `variables.l[1] != "x"`}},
+		},
+		reads: []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.metadata.name", ".review.object.metadata.namespace"},
+	}, {
+		name: "names printed for all the containers and for those a filter kept: one placeholder each",
+		src: gatekeeper.CELSource{
+			Variables: []gatekeeper.CELNamed{
+				{Name: "all", Expression: `object.spec.containers.map(c, {"n": c.name})`},
+				{Name: "kept", Expression: `object.spec.containers.filter(c, has(c.x)).map(c, {"n": c.name})`},
+			},
+			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.kept) == 0`, MessageExpression: `(variables.all + variables.kept).map(e, e.n).join(", ")`}},
+		},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_ where .x.(shape)].(shape)",
+			".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].x.(shape)"},
+		printed: []string{".review.object.spec.containers[_].name"},
 	}, {
 		name:  "an expression that does not parse reads nothing",
 		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `object.spec.(`}}},
