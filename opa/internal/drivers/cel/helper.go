@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 
 	celtypes "github.com/google/cel-go/common/types"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -46,12 +45,6 @@ const maxHelperString = 4 << 10
 // tell apart.
 var errNotString = errors.New("not a string of at most 4 KiB: keyed whole")
 
-// memberHelpers are a program's compiled helpers, by membership.
-type memberHelpers struct {
-	mu     sync.Mutex
-	byName map[string]*memberHelper
-}
-
 // memberHelper tests one value with a membership's test.
 type memberHelper struct {
 	program *Program
@@ -81,19 +74,22 @@ func (p *Program) Helper(call analysis.HelperCall) (drivers.Helper, analysis.Hel
 			deps.Params = append(deps.Params, terms)
 		}
 	}
-	p.helpers.mu.Lock()
-	defer p.helpers.mu.Unlock()
-	if h := p.helpers.byName[m.name]; h != nil {
-		return h, deps, nil
+	return p.helpers[m.name], deps, nil
+}
+
+// compileHelpers compiles the test of each of p's memberships with the
+// template's compiler (its variables), once, when the template is.
+func compileHelpers(p *Program, compiler *plugincel.CompositedCompiler) map[string]*memberHelper {
+	if len(p.members) == 0 {
+		return nil
 	}
-	test := p.compiler.CompileCondition([]plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}},
-		plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions)
-	if p.helpers.byName == nil {
-		p.helpers.byName = map[string]*memberHelper{}
+	helpers := make(map[string]*memberHelper, len(p.members))
+	for name, m := range p.members {
+		test := compiler.CompileCondition([]plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}},
+			plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions)
+		helpers[name] = &memberHelper{program: p, test: test}
 	}
-	h := &memberHelper{program: p, test: test}
-	p.helpers.byName[m.name] = h
-	return h, deps, nil
+	return helpers
 }
 
 // membershipOf is the membership a helper's function names, or nil.

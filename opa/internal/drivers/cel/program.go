@@ -36,11 +36,10 @@ type Program struct {
 	validations plugincel.ConditionEvaluator
 	messages    plugincel.ConditionEvaluator
 	analysis    *analysis.Result
-	// compiler compiles the helpers of members, the template's variables
-	// that are memberships (membership.go, helper.go).
-	compiler *plugincel.CompositedCompiler
-	members  map[string]*membership
-	helpers  memberHelpers
+	// members are the template's variables that are memberships
+	// (membership.go); helpers their tests, compiled alone (helper.go).
+	members map[string]*membership
+	helpers map[string]*memberHelper
 }
 
 // Template is the template the program was compiled from.
