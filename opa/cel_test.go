@@ -272,6 +272,7 @@ func FuzzCELPods(f *testing.F) {
 	f.Add("we\"b\n", "", "\x00", "nginx:1", true, "x y", true, false, true)
 	f.Add("gpu-", "tier", "team", "a:latest:latest", false, "", false, true, true)
 	f.Add("web", "blocked", "web", "x", true, "abcde", false, false, false) // a blocked profile, a finalizer holding the name
+	f.Add("sidecar", "", "", "x", false, "abcde", false, false, true)       // two containers named alike: the sidecar's pair stands for both
 	engine := func(opts opa.Options) *opa.Engine {
 		e := newEngine(f, opts, "testdata/cel/policies.yaml", "testdata/cel/filters.yaml")
 		apply(f, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
@@ -307,6 +308,9 @@ func FuzzCELPods(f *testing.F) {
 			map[string]any{"name": "sidecar", "image": "sidecar:1", "securityContext": map[string]any{"privileged": privileged && readOnly}},
 		}
 		lines := strings.Join(sameAsWithoutMemo(t, memo, exact, p, celNodes), "\n")
+		if strings.Contains(lines, "compilation failed") {
+			t.Fatalf("a template does not compile: %s", lines)
+		}
 		// A message that is not one line falls back to the expression.
 		if want := hostPath && !readOnly && volume != token; want != strings.Contains(lines, "variables.writable") && want != strings.Contains(lines, "writable host paths") {
 			t.Errorf("writable host path reported %v, want %v: %s", !want, want, lines)
@@ -316,6 +320,9 @@ func FuzzCELPods(f *testing.F) {
 		}
 		if want := privileged; want != strings.Contains(lines, "escalated: {"+name) && want != strings.Contains(lines, "variables.escalated") {
 			t.Errorf("escalated container reported by name %v, want %v: %s", !want, want, lines)
+		}
+		if want := privileged && name != "sidecar"; want != strings.Contains(lines, "runs privileged under its name") {
+			t.Errorf("a privileged container joined by name reported %v, want %v: %s", !want, want, lines)
 		}
 		if want := owner && tier == "blocked"; want != strings.Contains(lines, " runs a blocked profile") && want != strings.Contains(lines, "variables.profiled") {
 			t.Errorf("blocked profile reported %v, want %v: %s", !want, want, lines)
@@ -340,5 +347,64 @@ func TestCELErrorsNameWhereThePathBroke(t *testing.T) {
 	}
 	if !seen["no such key: team "] || !seen["no such key: labels "] {
 		t.Errorf("errors seen: %v, want both the missing label and the missing labels", seen)
+	}
+}
+
+// TestCELJoinedNames: names that a template only compares with each other
+// (testdata/cel/filters.yaml's joined-pairs, as the library's AppArmor
+// template) get placeholders while they are pairwise distinct, so a pod
+// whose containers have new names is the class of one with the same
+// containers under other names; a pod with two containers of one name is
+// keyed on its names, and judged as without memo.
+func TestCELJoinedNames(t *testing.T) {
+	engine := func(opts opa.Options) *opa.Engine {
+		e := newEngine(t, opts, "testdata/cel/filters.yaml")
+		apply(t, e, node("cpu-0", nil))
+		return e
+	}
+	e, exact := engine(opa.Options{}), engine(opa.Options{DisableMemo: true})
+	withNames := func(names ...string) map[string]any {
+		p := pod("default", "web")
+		var containers []any
+		for i, n := range names {
+			containers = append(containers, map[string]any{"name": n, "image": "app:1", "securityContext": map[string]any{"privileged": i == 0}})
+		}
+		spec(p)["containers"] = containers
+		return p
+	}
+	evaluated := func(p map[string]any) bool {
+		t.Helper()
+		pl, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: celNodes[:1], Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsWithoutMemo(t, e, exact, p, celNodes[:1])
+		for _, tr := range pl.Trace(0) {
+			if tr.Constraint.Name == "joined-pairs" {
+				return !tr.Memoised && tr.NotEvaluated == ""
+			}
+		}
+		t.Fatal("joined-pairs is not in the trace")
+		return false
+	}
+	tests := []struct {
+		name  string
+		names []string
+		want  bool // joined-pairs evaluated, not memoised
+	}{
+		{"the first pod", []string{"a", "b"}, true},
+		{"new names, pairwise distinct: the same class", []string{"c", "d"}, false},
+		{"two containers of one name: keyed on the names", []string{"x", "x"}, true},
+		{"the same names again", []string{"x", "x"}, false},
+		{"other distinct names after them", []string{"y", "z"}, false},
+	}
+	for _, tc := range tests {
+		if got := evaluated(withNames(tc.names...)); got != tc.want {
+			t.Errorf("%s: evaluated %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	lines := violationLines(t, e, withNames("x", "x"), celNodes[:1])
+	if slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "runs privileged under its name") }) {
+		t.Errorf("the second container's pair stands for the first under their one name, yet: %q", lines)
 	}
 }

@@ -1,6 +1,7 @@
 package opa
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -21,6 +22,10 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 	for i := range bc.PodMsgs {
 		m := &bc.PodMsgs[i]
 		if len(m.Path) == 0 || !m.Path[0].Equal(lookup.ReviewKey) {
+			continue
+		}
+		if !r.distinct(m) {
+			out = append(out, "input"+analysis.PathString(m.Path)+": the template compares its values with each other, and they are not pairwise distinct")
 			continue
 		}
 		j := analysis.EachAt(m.Path)
@@ -88,6 +93,67 @@ func (r *request) gatesAgree(gates []*policyset.KeyHelper, s, text string) bool 
 		a, okA := r.helperAnswer(h, ast.String(s))
 		b, okB := r.helperAnswer(h, ast.String(text))
 		if !okA || !okB || a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// distinct reports whether m's values may get placeholders as far as the
+// template's comparisons of them with each other go
+// (analysis.MessagePath.Distinct): the values at m's path in the pod's
+// object and in its oldObject are pairwise distinct, and none holds
+// placeholder text. Each element's placeholder is its own, so every
+// comparison then comes out as with the real values.
+func (r *request) distinct(m *verdict.MsgSlot) bool {
+	if !m.Distinct {
+		return true
+	}
+	if len(m.Path) < 2 || !m.Path[0].Equal(lookup.ReviewKey) || !m.Path[1].Equal(objectKey) {
+		return false
+	}
+	var seen []*ast.Term
+	add := func(t *ast.Term) bool {
+		if s, ok := t.Value.(ast.String); ok && strings.Contains(string(s), r.e.reg.Placeholders.Prefix) {
+			return false
+		}
+		if len(seen) >= 2*verdict.MaxEachPlaceholders || slices.ContainsFunc(seen, t.Equal) {
+			return false
+		}
+		seen = append(seen, t)
+		return true
+	}
+	for _, root := range []*ast.Term{objectKey, oldObjectKey} {
+		path := append([]*ast.Term{lookup.ReviewKey, root}, m.Path[2:]...)
+		if !r.eachValue(path, add) {
+			return false
+		}
+	}
+	return true
+}
+
+var objectKey, oldObjectKey = ast.StringTerm("object"), ast.StringTerm("oldObject")
+
+// eachValue calls f with each value at path (below input) in the pod's
+// review, every element's where the path goes through a list's
+// (analysis.Each), until f says false; false then, or when the path goes
+// through two lists. A missing value is no value.
+func (r *request) eachValue(path []*ast.Term, f func(*ast.Term) bool) bool {
+	j := analysis.EachAt(path)
+	if j < 0 {
+		t := lookup.Input(r.podReview, path)
+		return t == nil || t == lookup.Undefined || f(t)
+	}
+	rest := path[j+1:]
+	if analysis.EachAt(rest) >= 0 {
+		return false
+	}
+	arr, ok := lookup.Input(r.podReview, path[:j]).Value.(*ast.Array)
+	if !ok {
+		return true
+	}
+	for i := 0; i < arr.Len(); i++ {
+		if t := lookup.At(arr.Elem(i).Value, rest); t != nil && t != lookup.Undefined && !f(t) {
 			return false
 		}
 	}

@@ -108,7 +108,7 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 			continue
 		}
 		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote, m.Trim); ok && m.Path[0].Equal(lookup.ReviewKey) &&
-			r.absentFrom(&m, s) && r.gatesAgree(v.gates[i], s, m.Text) {
+			r.absentFrom(&m, s) && r.gatesAgree(v.gates[i], s, m.Text) && r.distinct(&m) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.Path[1:], text: m.Text})
@@ -167,7 +167,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 	j := analysis.EachAt(m.Path)
 	list, rest := m.Path[:j], m.Path[j+1:]
 	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
-	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) {
+	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) || !r.distinct(&m) {
 		if edits == nil {
 			v.key = append(v.key, m.Plan.ThenWith(r.podReview, nil, &r.buffers().lists))
 		}

@@ -44,6 +44,13 @@ type MessagePath struct {
 	// gets a placeholder only when each answers alike on it and on the
 	// placeholder, so that the template's tests see the same.
 	Helpers []*ast.Term
+	// Distinct: the template also compares the value with values at the
+	// same path (`pair[0] == container.name`, both a container's name;
+	// the path's values in oldObject too). Each element's placeholder is
+	// its own, so the comparisons come out as with the real values only
+	// when those are pairwise distinct: the values get placeholders only
+	// then.
+	Distinct bool
 }
 
 // Result is what a template can read.
@@ -146,6 +153,9 @@ func (a *Result) Describe() []string {
 		for _, h := range m.Helpers {
 			call, _ := HelperOf(h)
 			only += ", unless " + helperString(call)[1:] + " answers otherwise for a placeholder"
+		}
+		if m.Distinct {
+			only += ", compared with its own values: while they are pairwise distinct"
 		}
 		out = append(out, root+PathString(m.Path)+only+")")
 	}

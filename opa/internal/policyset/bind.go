@@ -90,6 +90,10 @@ func podViewSig(msgs []verdict.MsgSlot, gates [][]*KeyHelper) string {
 			// Placeholders depend on these objects' keys too.
 			sig.WriteString("!" + analysis.PathString(p))
 		}
+		if m.Distinct {
+			// and on the values being pairwise distinct.
+			sig.WriteByte('d')
+		}
 		sig.WriteByte(',')
 	}
 	return sig.String()
@@ -135,7 +139,7 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 	}
 	for _, m := range bc.Analysis.Messages {
 		idx, text := reg.Placeholders.Of(m.Root, m.Path)
-		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Trim: m.Trim, Index: idx, Text: text, Absent: m.Absent}
+		slot := verdict.MsgSlot{Path: m.Path, Quote: m.Quote, Trim: m.Trim, Index: idx, Text: text, Absent: m.Absent, Distinct: m.Distinct}
 		if m.Root == analysis.Node {
 			bc.NodeMsgs = append(bc.NodeMsgs, slot)
 		} else {

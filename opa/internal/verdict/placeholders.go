@@ -100,6 +100,9 @@ type MsgSlot struct {
 	// absent are the objects (paths below input) the template looks up by
 	// keys built from the value (analysis.MessagePath.Absent).
 	Absent [][]*ast.Term
+	// Distinct: the values get placeholders only while pairwise distinct
+	// (analysis.MessagePath.Distinct).
+	Distinct bool
 }
 
 // substitutable reports whether a real value can stand where the

@@ -59,7 +59,9 @@ const (
 // (`{"container": c.name}`) that only a message prints is printed, and so
 // is one that a lookup's key is built from (`(prefix + c.name) in
 // annotations`, lookupkey.go), on the engine's condition that no key of
-// the object holds it. Any other
+// the object holds it, and so is one compared only with values of its own
+// path (`pair[0] == container.name`, join.go), on the condition that the
+// values are pairwise distinct. Any other
 // use (a function's argument, an operand, a key computed at run time)
 // reads the origins whole. Every selection also reads the shape of what it
 // selects from: its errors name where a path broke. What a comprehension's
@@ -82,7 +84,7 @@ const (
 // helper's values are at most 4 KiB, far from the budget for the library's
 // tests.
 func analyze(env *celgo.Env, src *gatekeeper.CELSource) (*analysis.Result, map[string]*membership) {
-	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}, rangeOf: map[string][]string{}, rangeRead: map[string]bool{}, keyedIn: map[string][][]string{}}
+	r := &reader{env: env, vars: map[string]string{}, varValues: map[string]value{}, busy: map[string]bool{}, rangeOf: map[string][]string{}, rangeRead: map[string]bool{}, keyedIn: map[string][][]string{}, joined: map[string]bool{}}
 	for _, v := range src.Variables {
 		r.vars[v.Name] = v.Expression
 	}
@@ -172,6 +174,9 @@ type reader struct {
 	// keyedIn are the objects printed values are looked up in
 	// (lookupkey.go), by printed path.
 	keyedIn map[string][][]string
+	// joined are the printed paths whose values are compared with each
+	// other (join.go), by path with any element.
+	joined map[string]bool
 }
 
 // parse is the expression's AST, or false when it does not parse: it
@@ -447,6 +452,9 @@ func (r *reader) call(e celast.Expr, sc scope) value {
 			out = append(out, o.anyPosition())
 		}
 		return out
+	case (fn == operators.Equals || fn == operators.NotEquals) && len(args) == 2:
+		r.compare(r.eval(args[0], sc), r.eval(args[1], sc))
+		return nil
 	case fn == "dyn" && !c.IsMemberFunction() && len(args) == 1:
 		return r.eval(args[0], sc)
 	case fn == operators.In && len(args) == 2:
@@ -673,7 +681,8 @@ func (r *reader) result() *analysis.Result {
 			paths = append(paths, p)
 			continue
 		}
-		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true, Absent: r.absentIn(p), Helpers: helpers})
+		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true, Absent: r.absentIn(p), Helpers: helpers,
+			Distinct: r.joined[analysis.PathString(anyElement(p))]})
 	}
 	a.InputPaths = minimal2(paths)
 	for _, p := range a.InputPaths {

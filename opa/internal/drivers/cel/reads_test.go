@@ -51,6 +51,34 @@ func TestAnalyze(t *testing.T) {
 		reads:   []string{".review.object.(shape)", ".review.object.metadata.(shape)", ".review.object.spec.(shape)", ".review.object.spec.hostNetwork", ".review.oldObject.metadata.name", ".review.operation"},
 		printed: []string{".review.object.metadata.name"},
 	}, {
+		// As the library's AppArmor template joins its pairs to the
+		// containers: the names are compared with each other only.
+		name: "names compared with each other are printed while distinct",
+		src: gatekeeper.CELSource{
+			Variables: []gatekeeper.CELNamed{{Name: "pairs", Expression: `object.spec.containers.map(c, [c.name, has(c.securityContext)])`}},
+			Validations: []gatekeeper.CELValidation{{
+				Expression: `object.spec.containers.all(c, variables.pairs.exists(p, p[0] == c.name && p[1]))`,
+			}},
+		},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
+			".review.object.spec.containers[_].securityContext.(shape)"},
+		printed: []string{".review.object.spec.containers[_].name (distinct)"},
+	}, {
+		name: "through anyObject, oldObject's names are read",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
+			Expression: `variables.anyObject.spec.containers.all(c, variables.anyObject.spec.containers.exists(d, d.name != c.name || d.image == "x"))`,
+		}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].image",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)", ".review.oldObject.spec.containers[_].image", ".review.oldObject.spec.containers[_].name", ".review.operation"},
+		printed: []string{".review.object.spec.containers[_].name (distinct)"},
+	}, {
+		name: "a name compared with a constant, or with another path, is read",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
+			Expression: `object.spec.containers.all(c, c.name != "istio-proxy") && object.spec.initContainers.all(i, object.spec.containers.all(c, c.name != i.name))`,
+		}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].name",
+			".review.object.spec.initContainers.(shape)", ".review.object.spec.initContainers[_].(shape)", ".review.object.spec.initContainers[_].name"},
+	}, {
 		name: "a printed value also read stays in the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
 			Expression:        `object.metadata.name != "x"`,
@@ -218,7 +246,11 @@ func TestAnalyze(t *testing.T) {
 				reads = append(reads, analysis.PathString(r))
 			}
 			for _, m := range a.Messages {
-				printed = append(printed, analysis.PathString(m.Path))
+				s := analysis.PathString(m.Path)
+				if m.Distinct {
+					s += " (distinct)"
+				}
+				printed = append(printed, s)
 				if !m.Trim || m.Root != analysis.Input {
 					t.Errorf("printed path %s: root %v, trim %v", analysis.PathString(m.Path), m.Root, m.Trim)
 				}
