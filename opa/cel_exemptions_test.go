@@ -16,9 +16,7 @@ import (
 // celNodes' Nodes.
 func exemptionsEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
-	e := newEngine(t, opts, "testdata/cel/exemptions.yaml")
-	apply(t, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
-	return e
+	return celEngineOf(t, opts, "testdata/cel/exemptions.yaml")
 }
 
 // exemptPod is a pod whose containers run images with securityContext

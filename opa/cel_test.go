@@ -13,11 +13,17 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
-// celEngine is an engine holding testdata/cel/policies.yaml and three
-// Nodes, two of them outside the gpu- prefix.
+// celEngine is an engine holding testdata/cel/policies.yaml and celNodes.
 func celEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
-	e := newEngine(t, opts, "testdata/cel/policies.yaml")
+	return celEngineOf(t, opts, "testdata/cel/policies.yaml")
+}
+
+// celEngineOf is an engine holding the policies at paths and celNodes'
+// Nodes, two of them outside the gpu- prefix.
+func celEngineOf(t testing.TB, opts opa.Options, paths ...string) *opa.Engine {
+	t.Helper()
+	e := newEngine(t, opts, paths...)
 	apply(t, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
 	return e
 }
@@ -274,9 +280,7 @@ func FuzzCELPods(f *testing.F) {
 	f.Add("web", "blocked", "web", "x", true, "abcde", false, false, false) // a blocked profile, a finalizer holding the name
 	f.Add("sidecar", "", "", "x", false, "abcde", false, false, true)       // two containers named alike: the sidecar's pair stands for both
 	engine := func(opts opa.Options) *opa.Engine {
-		e := newEngine(f, opts, "testdata/cel/policies.yaml", "testdata/cel/filters.yaml")
-		apply(f, e, node("cpu-0", nil), node("cpu-1", nil), node("gpu-0", nil))
-		return e
+		return celEngineOf(f, opts, "testdata/cel/policies.yaml", "testdata/cel/filters.yaml")
 	}
 	memo, exact := engine(opa.Options{}), engine(opa.Options{DisableMemo: true})
 	f.Fuzz(func(t *testing.T, name, tier, team, image string, owner bool, volume string, hostPath, readOnly, privileged bool) {
@@ -357,12 +361,7 @@ func TestCELErrorsNameWhereThePathBroke(t *testing.T) {
 // containers under other names; a pod with two containers of one name is
 // keyed on its names, and judged as without memo.
 func TestCELJoinedNames(t *testing.T) {
-	engine := func(opts opa.Options) *opa.Engine {
-		e := newEngine(t, opts, "testdata/cel/filters.yaml")
-		apply(t, e, node("cpu-0", nil))
-		return e
-	}
-	e, exact := engine(opa.Options{}), engine(opa.Options{DisableMemo: true})
+	e, exact := celEngineOf(t, opa.Options{}, "testdata/cel/filters.yaml"), celEngineOf(t, opa.Options{DisableMemo: true}, "testdata/cel/filters.yaml")
 	withNames := func(names ...string) map[string]any {
 		p := pod("default", "web")
 		var containers []any
