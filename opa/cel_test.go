@@ -371,7 +371,9 @@ func TestCELJoinedNames(t *testing.T) {
 		spec(p)["containers"] = containers
 		return p
 	}
-	evaluated := func(p map[string]any) bool {
+	// evaluated: joined-pairs was evaluated (not memoised); keyed: what
+	// explain says of the printed values kept in its key.
+	evaluated := func(p map[string]any) (bool, []string) {
 		t.Helper()
 		pl, err := e.Evaluate(t.Context(), opa.PlacementRequest{Pod: p, Candidates: celNodes[:1], Explain: true})
 		if err != nil {
@@ -380,26 +382,29 @@ func TestCELJoinedNames(t *testing.T) {
 		sameAsWithoutMemo(t, e, exact, p, celNodes[:1])
 		for _, tr := range pl.Trace(0) {
 			if tr.Constraint.Name == "joined-pairs" {
-				return !tr.Memoised && tr.NotEvaluated == ""
+				return !tr.Memoised && tr.NotEvaluated == "", tr.Keyed
 			}
 		}
 		t.Fatal("joined-pairs is not in the trace")
-		return false
+		return false, nil
 	}
+	const notDistinct = "input.review.object.spec.containers[_].name: the template compares its values with each other, and they are not pairwise distinct"
 	tests := []struct {
 		name  string
 		names []string
 		want  bool // joined-pairs evaluated, not memoised
+		keyed []string
 	}{
-		{"the first pod", []string{"a", "b"}, true},
-		{"new names, pairwise distinct: the same class", []string{"c", "d"}, false},
-		{"two containers of one name: keyed on the names", []string{"x", "x"}, true},
-		{"the same names again", []string{"x", "x"}, false},
-		{"other distinct names after them", []string{"y", "z"}, false},
+		{"the first pod", []string{"a", "b"}, true, nil},
+		{"new names, pairwise distinct: the same class", []string{"c", "d"}, false, nil},
+		{"two containers of one name: keyed on the names", []string{"x", "x"}, true, []string{notDistinct}},
+		{"the same names again", []string{"x", "x"}, false, []string{notDistinct}},
+		{"other distinct names after them", []string{"y", "z"}, false, nil},
 	}
 	for _, tc := range tests {
-		if got := evaluated(withNames(tc.names...)); got != tc.want {
-			t.Errorf("%s: evaluated %v, want %v", tc.name, got, tc.want)
+		got, keyed := evaluated(withNames(tc.names...))
+		if got != tc.want || !reflect.DeepEqual(keyed, tc.keyed) {
+			t.Errorf("%s: evaluated %v, keyed %q; want %v, %q", tc.name, got, keyed, tc.want, tc.keyed)
 		}
 	}
 	lines := violationLines(t, e, withNames("x", "x"), celNodes[:1])
