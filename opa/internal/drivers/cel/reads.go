@@ -177,6 +177,9 @@ type reader struct {
 	// joined are the printed paths whose values are compared with each
 	// other (join.go), by path with any element.
 	joined map[string]bool
+	// bound are the comprehensions' variables in force, with what they
+	// range over (join.go).
+	bound map[string]*binding
 }
 
 // parse is the expression's AST, or false when it does not parse: it
@@ -453,7 +456,7 @@ func (r *reader) call(e celast.Expr, sc scope) value {
 		}
 		return out
 	case (fn == operators.Equals || fn == operators.NotEquals) && len(args) == 2:
-		r.compare(r.eval(args[0], sc), r.eval(args[1], sc))
+		r.compare(args[0], args[1], sc)
 		return nil
 	case fn == "dyn" && !c.IsMemberFunction() && len(args) == 1:
 		return r.eval(args[0], sc)
@@ -542,6 +545,7 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 		inner[c.IterVar2()] = elems
 	}
 	defer r.bindRange(c, sc)()
+	defer r.bindExact(c)()
 	accu := r.eval(c.AccuInit(), sc)
 	inner[c.AccuVar()] = accu
 	outer := r.when
@@ -639,13 +643,13 @@ func (r *reader) variable(name string) value {
 	r.busy[name] = true
 	// A variable is evaluated once, where it is first used: what it reads
 	// is read under no condition, as a later use may be under none.
-	outer := r.when
-	r.when = nil
+	outer, bound := r.when, r.bound
+	r.when, r.bound = nil, nil
 	var v value
 	if e, ok := r.parse(src); ok {
 		v = r.eval(e, nil)
 	}
-	r.when = outer
+	r.when, r.bound = outer, bound
 	r.busy[name] = false
 	r.varValues[name] = v
 	return v

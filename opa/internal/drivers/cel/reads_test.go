@@ -79,6 +79,17 @@ func TestAnalyze(t *testing.T) {
 		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)", ".review.object.spec.containers[_].name",
 			".review.object.spec.initContainers.(shape)", ".review.object.spec.initContainers[_].(shape)", ".review.object.spec.initContainers[_].name"},
 	}, {
+		// Their only origin is a name, yet they may be a constant or a
+		// computed value: read.
+		name: "a name compared with a value that may be a constant or computed from it is read",
+		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{
+			{Expression: `object.spec.containers.all(c, object.spec.containers.exists(d, (has(c.image) ? c.name : "main") == d.name))`},
+			{Expression: `object.spec.containers.all(c, ["main", c.name].exists(n, n == c.name))`},
+			{Expression: `object.spec.containers.all(c, object.spec.containers.exists(d, "x" + c.name == d.name))`},
+		}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
+			".review.object.spec.containers[_].image.(shape)", ".review.object.spec.containers[_].name"},
+	}, {
 		name: "a printed value also read stays in the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
 			Expression:        `object.metadata.name != "x"`,
