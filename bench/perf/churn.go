@@ -104,11 +104,8 @@ func (c *Churn) loop(ctx context.Context) {
 	if c.Rate <= 0 || c.Nodes == 0 {
 		return
 	}
-	batch := max(c.Batch, 1)
-	interval := time.Duration(float64(time.Second) * float64(batch) / c.Rate)
-	stride := churnStride(c.Nodes)
+	interval := time.Duration(float64(time.Second) * float64(max(c.Batch, 1)) / c.Rate)
 	next := time.Now()
-	var nodes, updates []int
 	for k := 0; ; k++ {
 		next = next.Add(interval)
 		select {
@@ -116,13 +113,7 @@ func (c *Churn) loop(ctx context.Context) {
 			return
 		case <-time.After(time.Until(next)):
 		}
-		first := (k * stride) % c.Nodes
-		first -= first % batch
-		nodes, updates = nodes[:0], updates[:0]
-		for i := first; i < min(first+batch, c.Nodes); i++ {
-			c.updates[i]++
-			nodes, updates = append(nodes, i), append(updates, c.updates[i])
-		}
+		nodes, updates := c.write(k, c.updates)
 		if err := c.Write(ctx, nodes, updates); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -133,6 +124,37 @@ func (c *Churn) loop(ctx context.Context) {
 		}
 		c.written.Add(int64(len(nodes)))
 	}
+}
+
+// write is the k-th write: its nodes and their update numbers, counted
+// in updates (per node, its last update number).
+func (c *Churn) write(k int, updates map[int]int) (nodes, numbers []int) {
+	batch := max(c.Batch, 1)
+	first := (k * churnStride(c.Nodes)) % c.Nodes
+	first -= first % batch
+	for i := first; i < min(first+batch, c.Nodes); i++ {
+		updates[i]++
+		nodes, numbers = append(nodes, i), append(numbers, updates[i])
+	}
+	return nodes, numbers
+}
+
+// Plan is what the writes Start makes in d hold, in order (nodes and their
+// update numbers, as Write receives them), for a writer that prepares
+// them before the run: a writer's work is not the measured server's, and
+// done in the load generator's process it would be counted in the
+// latencies it measures.
+func (c *Churn) Plan(d time.Duration) (nodes, updates [][]int) {
+	if c.Rate <= 0 || c.Nodes == 0 {
+		return nil, nil
+	}
+	n := int(c.Rate / float64(max(c.Batch, 1)) * d.Seconds())
+	counts := map[int]int{}
+	for k := range n {
+		ns, us := c.write(k, counts)
+		nodes, updates = append(nodes, ns), append(updates, us)
+	}
+	return nodes, updates
 }
 
 // Stop ends the updates and reports how many were written, and the first

@@ -427,10 +427,25 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 	// A file's Nodes change together, as a tool that dumps them rewrites
 	// the file: 20 updates a second are two files of 10.
 	churn := &perf.Churn{Rate: f.churn, Nodes: n, Batch: folder.PerFile(), Write: folder.Update}
+	if f.churn > 0 {
+		// The files are rendered now, for the scenarios' time and half
+		// again: rendering is the writer's work, not the service's.
+		if err := folder.Prerender(churn.Plan(f.scenarioTime() * 3 / 2)); err != nil {
+			return err
+		}
+	}
 	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn); err != nil {
 		return err
 	}
+	if r := folder.Rendered(); r > 0 {
+		logf("%d Node updates rendered during the run (past the prerendered ones)", r)
+	}
 	return finish(f, rep)
+}
+
+// scenarioTime is how long the scenarios run, warm-ups included.
+func (f *flags) scenarioTime() time.Duration {
+	return time.Duration(len(f.verbs)*(len(f.nodes)+len(f.fullNodes))) * (f.warmup + f.duration)
 }
 
 // measure runs the scenarios against the server at base, reading its
