@@ -24,13 +24,18 @@ type Violation struct {
 	order int
 }
 
-// Candidate is a node the scheduler asks about. Without Object the node is
-// looked up in the inventory (nodeCacheCapable mode); with Object the given
-// node is what the policy sees, in place of the inventory's Node of that
-// name.
+// Candidate is a node the scheduler asks about. Without Object or JSON the
+// node is looked up in the inventory (nodeCacheCapable mode); with either
+// the given node is what the policy sees, in place of the inventory's Node
+// of that name.
 type Candidate struct {
 	Name   string
 	Object map[string]any
+	// JSON is the Node as the scheduler sent it, read as it is (no
+	// field's type is checked: templates see what was sent, as they see
+	// a pod's fields), and only as far as the policy set reads Nodes: the
+	// rest of it is scanned over, never built. Object, when set, wins.
+	JSON []byte
 }
 
 // PlacementRequest asks which candidate nodes a pod may go to.

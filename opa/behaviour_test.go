@@ -2,6 +2,7 @@ package opa_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"reflect"
@@ -209,12 +210,21 @@ func TestRequestNodesOverrideInventory(t *testing.T) {
 		node("n1", nil))
 	// Inventory says n1 has no ssd; the request's node object says it has.
 	withSSD := node("n1", map[string]string{"disk": "ssd"}).Object
-	v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1", Object: withSSD}, {Name: "n9", Object: node("n9", nil).Object}})
-	if strings.Contains(v[0], "need-ssd") {
+	// As the scheduler sends them: JSON.
+	ssdJSON, err := json.Marshal(node("n1", map[string]string{"disk": "ssd"}).Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verdicts(t, e, pod("default", "p"), []opa.Candidate{{Name: "n1", Object: withSSD}, {Name: "n9", Object: node("n9", nil).Object},
+		{Name: "n1", JSON: ssdJSON}, {Name: "n8", JSON: []byte(`{"metadata": {"name": "n8", "labels": {"disk": "hdd"}}}`)}})
+	if strings.Contains(v[0], "need-ssd") || strings.Contains(v[2], "need-ssd") {
 		t.Errorf("request node ignored: %v", v)
 	}
-	if !strings.Contains(v[1], "need-ssd") || strings.Contains(v[1], "unknown=true") {
+	if !strings.Contains(v[1], "need-ssd") || strings.Contains(v[1], "unknown=true") || !strings.Contains(v[3], "need-ssd") {
 		t.Errorf("node given only in the request: %v", v)
+	}
+	if _, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "p"), Candidates: []opa.Candidate{{Name: "n7", JSON: []byte(`[1]`)}}}); err == nil || !strings.Contains(err.Error(), "node n7") {
+		t.Errorf("a Node that is not an object: error %v, want one naming the node", err)
 	}
 }
 

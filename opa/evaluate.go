@@ -390,12 +390,12 @@ func (r *request) candidates(cands []Candidate) error {
 	for i, c := range cands {
 		s := &r.slots[i]
 		s.name = c.Name
-		if c.Object == nil {
+		if c.Object == nil && c.JSON == nil {
 			s.value = known(c.Name)
 			continue
 		}
 		var err error
-		if s.value, s.fromRequest, err = r.requestNode(c.Name, c.Object, known(c.Name)); err != nil {
+		if s.value, s.fromRequest, err = r.requestNode(c, known(c.Name)); err != nil {
 			return err
 		}
 		r.override = true
@@ -419,14 +419,23 @@ func (r *request) candidates(cands []Candidate) error {
 // the scheduler sent it then shares the inventory Node's remembered node
 // classes, and costs a class lookup, not a projection or an evaluation.
 // fromRequest reports that the value is the request's own.
-func (r *request) requestNode(name string, obj map[string]any, known ast.Value) (ast.Value, bool, error) {
-	content := r.snap.NodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(obj, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
-	v, err := ast.InterfaceToValue(content)
-	if err != nil {
-		return nil, false, fmt.Errorf("convert node %s: %w", name, err)
-	}
-	if _, ok := v.(ast.Object); !ok {
-		return nil, false, fmt.Errorf("node %s is not an object", name)
+func (r *request) requestNode(c Candidate, known ast.Value) (ast.Value, bool, error) {
+	var v ast.Value
+	if c.Object != nil {
+		content := r.snap.NodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(c.Object, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
+		var err error
+		if v, err = ast.InterfaceToValue(content); err != nil {
+			return nil, false, fmt.Errorf("convert node %s: %w", c.Name, err)
+		}
+		if _, ok := v.(ast.Object); !ok {
+			return nil, false, fmt.Errorf("node %s is not an object", c.Name)
+		}
+	} else {
+		obj, err := r.snap.NodeView().CutJSON(c.JSON)
+		if err != nil {
+			return nil, false, fmt.Errorf("read node %s: %w", c.Name, err)
+		}
+		v = obj
 	}
 	if known != nil && known.Compare(v) == 0 {
 		return known, false, nil

@@ -39,7 +39,7 @@ var layers = map[string][]string{
 	"opa/internal/gatekeeper": {
 		"opa/policy"},
 	"opa/internal/inventory": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/compact"},
+		"opa/policy", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue"},
 	"opa/internal/verdict": {
 		"opa/internal/analysis", "opa/internal/gatekeeper", "opa/internal/lookup"},
 	"opa/internal/drivers": {

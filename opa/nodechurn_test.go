@@ -2,6 +2,7 @@ package opa_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -136,9 +137,21 @@ func (c *churnCluster) sent(round int) []opa.Candidate {
 			labels["zone"], labels["ready"] = "b", "true"
 			n.SetLabels(labels)
 		}
-		out = append(out, opa.Candidate{Name: c.name(i), Object: n.Object})
+		out = append(out, candidateOf(c.name(i), n, i%2 == 1))
 	}
 	return out
+}
+
+// candidateOf is n sent in a request: as an object, or as JSON.
+func candidateOf(name string, n *unstructured.Unstructured, asJSON bool) opa.Candidate {
+	if !asJSON {
+		return opa.Candidate{Name: name, Object: n.Object}
+	}
+	b, err := json.Marshal(n.Object)
+	if err != nil {
+		panic(fmt.Sprintf("node %s: %v", name, err))
+	}
+	return opa.Candidate{Name: name, JSON: b}
 }
 
 func (c *churnCluster) candidates() []opa.Candidate {
@@ -360,6 +373,16 @@ func FuzzNodeChurn(f *testing.F) {
 // managedFields); a sent Node that differs in a read label is judged as
 // sent. Verdicts equal an engine's without memo.
 func TestRequestNodesShareInventoryClasses(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "objects", true: "JSON"}[asJSON], func(t *testing.T) {
+			requestNodesShareInventoryClasses(t, asJSON)
+		})
+	}
+}
+
+// requestNodesShareInventoryClasses sends the Nodes as objects, or as the
+// JSON the scheduler sends (opa.Candidate.JSON).
+func requestNodesShareInventoryClasses(t *testing.T, asJSON bool) {
 	rng := rand.New(rand.NewSource(11))
 	c := newChurnCluster(30, rng)
 	memo, exact := churnEngines(t, c, map[string]string{"K8sTenantNode": tenantNodeRego, "K8sNamespaceTier": namespaceTierRego})
@@ -372,7 +395,7 @@ func TestRequestNodesShareInventoryClasses(t *testing.T) {
 			if mutate != nil {
 				mutate(i, n)
 			}
-			out[i].Object = n.Object
+			out[i] = candidateOf(c.name(i), n, asJSON)
 		}
 		return out
 	}

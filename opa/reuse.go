@@ -118,7 +118,7 @@ func (e *Engine) reusable(req PlacementRequest) bool {
 		return false
 	}
 	for i := range req.Candidates {
-		if req.Candidates[i].Object != nil {
+		if req.Candidates[i].Object != nil || req.Candidates[i].JSON != nil {
 			return false
 		}
 	}

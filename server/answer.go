@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
@@ -20,7 +20,7 @@ import (
 // extenderv1.ExtenderFilterResult (field names as the struct's, which has
 // no json tags; every field present), keys in the request's order.
 type filterAnswer struct {
-	nodes     *v1.NodeList
+	nodes     *nodeListWire
 	nodeNames *[]string
 	// failed and unresolvable are nil when the request had none, which
 	// is written as null, as encoding/json writes a nil map.
@@ -100,11 +100,10 @@ func (a *filterAnswer) appendJSON(b []byte, s *answerSpill) ([]byte, error) {
 	if a.nodes == nil {
 		b = append(b, "null"...)
 	} else {
-		nodes, err := json.Marshal(a.nodes)
-		if err != nil {
+		var err error
+		if b, err = appendNodeList(b, a.nodes, s); err != nil {
 			return nil, err
 		}
-		b = append(b, nodes...)
 	}
 	b = append(b, `,"NodeNames":`...)
 	if a.nodeNames == nil || *a.nodeNames == nil {
@@ -125,6 +124,31 @@ func (a *filterAnswer) appendJSON(b []byte, s *answerSpill) ([]byte, error) {
 	b = appendFailed(b, a.unresolvable, s)
 	// Errors are answered by filterError, never by a filterAnswer.
 	return append(b, `,"Error":""}`+"\n"...), nil
+}
+
+// appendNodeList writes a NodeList as v1.NodeList's JSON has it (type
+// meta, metadata, items), its items as the request sent them.
+func appendNodeList(b []byte, l *nodeListWire, s *answerSpill) ([]byte, error) {
+	head, err := json.Marshal(struct {
+		metav1.TypeMeta `json:",inline"`
+		metav1.ListMeta `json:"metadata,omitempty"`
+	}{l.TypeMeta, l.ListMeta})
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, head[:len(head)-1]...) // its members: metadata is always one
+	b = append(b, `,"items":`...)
+	if l.Items == nil {
+		return append(b, "null}"...), nil
+	}
+	b = append(b, '[')
+	for i, item := range l.Items {
+		if i > 0 {
+			b = append(s.check(b), ',')
+		}
+		b = append(b, item...)
+	}
+	return append(b, "]}"...), nil
 }
 
 func appendFailed(b []byte, nodes []failedNode, s *answerSpill) []byte {

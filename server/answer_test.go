@@ -109,6 +109,8 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 	names := []string{"a", "b"}
 	empty := []string{}
 	nodes := &v1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}}}
+	typed := &v1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, Items: []v1.Node{{}, {ObjectMeta: metav1.ObjectMeta{Name: "b"}}}}
+	noItems := &v1.NodeList{Items: []v1.Node{}}
 	cases := []struct {
 		name   string
 		answer filterAnswer
@@ -117,7 +119,10 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 		{"empty", filterAnswer{}, extenderv1.ExtenderFilterResult{}},
 		{"names", filterAnswer{nodeNames: &names}, extenderv1.ExtenderFilterResult{NodeNames: &names}},
 		{"no names passed", filterAnswer{nodeNames: &empty}, extenderv1.ExtenderFilterResult{NodeNames: &empty}},
-		{"full nodes", filterAnswer{nodes: nodes}, extenderv1.ExtenderFilterResult{Nodes: nodes}},
+		{"full nodes", filterAnswer{nodes: wireNodes(t, nodes)}, extenderv1.ExtenderFilterResult{Nodes: nodes}},
+		{"typed list", filterAnswer{nodes: wireNodes(t, typed)}, extenderv1.ExtenderFilterResult{Nodes: typed}},
+		{"no node passed", filterAnswer{nodes: wireNodes(t, noItems)}, extenderv1.ExtenderFilterResult{Nodes: noItems}},
+		{"names asked", filterAnswer{nodes: &nodeListWire{}}, extenderv1.ExtenderFilterResult{Nodes: &v1.NodeList{}}},
 		{
 			"failed and denied",
 			filterAnswer{
@@ -255,4 +260,21 @@ func TestLargeAnswersGoOutInPieces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wireNodes is list as the request carried it: its items as JSON.
+func wireNodes(t *testing.T, list *v1.NodeList) *nodeListWire {
+	t.Helper()
+	out := &nodeListWire{TypeMeta: list.TypeMeta, ListMeta: list.ListMeta}
+	if list.Items != nil {
+		out.Items = []json.RawMessage{}
+	}
+	for i := range list.Items {
+		b, err := json.Marshal(&list.Items[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Items = append(out.Items, b)
+	}
+	return out
 }

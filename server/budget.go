@@ -180,6 +180,19 @@ func (c *compactor) Read(p []byte) (int, error) {
 			c.pending = c.buf[:n]
 			continue
 		}
+		// Runs of bytes that change no state go out at once: inside a
+		// string up to its next quote or backslash, outside one up to the
+		// next white space or quote. The bytes that remain go one by one,
+		// below.
+		if n := c.run(len(p) - k); n > 0 {
+			copy(p[k:], c.pending[:n])
+			if !c.inString {
+				c.last = c.pending[n-1]
+			}
+			k += n
+			c.pending = c.pending[n:]
+			continue
+		}
 		ch := c.pending[0]
 		if !c.inString && (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
 			c.space = true
@@ -213,3 +226,28 @@ func (c *compactor) Read(p []byte) (int, error) {
 	}
 	return k, nil
 }
+
+// run is how many of the pending bytes, at most limit, change no state:
+// within a string (not after a backslash) the bytes before a quote or a
+// backslash; outside strings, with no white space pending, the bytes
+// before white space or a quote.
+func (c *compactor) run(limit int) int {
+	b := c.pending[:min(len(c.pending), limit)]
+	stop := &compactStops
+	switch {
+	case c.inString && !c.escaped:
+		stop = &stringStops
+	case c.inString || c.space:
+		return 0
+	}
+	n := 0
+	for n < len(b) && !stop[b[n]] {
+		n++
+	}
+	return n
+}
+
+var (
+	stringStops  = [256]bool{'"': true, '\\': true}
+	compactStops = [256]bool{'"': true, ' ': true, '\t': true, '\n': true, '\r': true}
+)

@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -98,39 +97,25 @@ type nodeArgs struct {
 var candidateBuffers = sync.Pool{New: func() any { return new([]opa.Candidate) }}
 
 // parseNodes validates and deduplicates the nodes of an ExtenderArgs.
-// Neither list set is a valid, empty request. interned, when the scanner
+// Neither list set is a valid, empty request. wire.names, when the scanner
 // read NodeNames, holds their numbers (nodenames.go).
-func parseNodes(args *extenderv1.ExtenderArgs, interned *nameBuffers) (nodeArgs, *requestError) {
-	if interned != nil && args.NodeNames != nil && (args.Nodes == nil || len(args.Nodes.Items) == 0) {
-		return parseNumberedNames(*args.NodeNames, interned)
+func parseNodes(wire *extenderArgsWire) (nodeArgs, *requestError) {
+	var items []json.RawMessage
+	if wire.Nodes != nil {
+		items = wire.Nodes.Items
+	}
+	if wire.names != nil && wire.NodeNames != nil && len(items) == 0 {
+		return parseNumberedNames(*wire.NodeNames, wire.names)
 	}
 	var names []string
-	if args.NodeNames != nil {
-		names = *args.NodeNames
-	}
-	var items []v1.Node
-	if args.Nodes != nil {
-		items = args.Nodes.Items
+	if wire.NodeNames != nil {
+		names = *wire.NodeNames
 	}
 	if len(names) > 0 && len(items) > 0 {
 		return nodeArgs{}, badRequest("request has both Nodes and NodeNames: send one (the scheduler sends NodeNames when the extender is nodeCacheCapable, Nodes otherwise)")
 	}
 	if len(items) > 0 {
-		na := nodeArgs{full: true, names: make([]string, 0, len(items)), items: make([]int, 0, len(items))}
-		seen := make(map[string]struct{}, len(items))
-		for i := range items {
-			name := items[i].Name
-			if name == "" {
-				return nodeArgs{}, badRequest("Nodes.items[%d] has no metadata.name", i)
-			}
-			if _, dup := seen[name]; dup {
-				continue
-			}
-			seen[name] = struct{}{}
-			na.names = append(na.names, name)
-			na.items = append(na.items, i)
-		}
-		return na, nil
+		return parseNodeItems(items, wire.Nodes.names)
 	}
 	seen := seenNames.Get().(map[string]struct{})
 	defer func() { clear(seen); seenNames.Put(seen) }()
@@ -149,6 +134,33 @@ func parseNodes(args *extenderv1.ExtenderArgs, interned *nameBuffers) (nodeArgs,
 		names = dedupeNames(names)
 	}
 	return nodeArgs{names: names}, nil
+}
+
+// parseNodeItems names the Nodes of a request by their metadata.name
+// (known, when the scanner read them: "" for the ones it could not tell),
+// keeping the first of each name.
+func parseNodeItems(items []json.RawMessage, known []string) (nodeArgs, *requestError) {
+	na := nodeArgs{full: true, names: make([]string, 0, len(items)), items: make([]int, 0, len(items))}
+	seen := make(map[string]struct{}, len(items))
+	for i, raw := range items {
+		var name string
+		if i < len(known) {
+			name = known[i]
+		}
+		if name == "" {
+			var problem string
+			if name, problem = nodeItemName(raw); problem != "" {
+				return nodeArgs{}, badRequest("Nodes.items[%d] %s", i, problem)
+			}
+		}
+		if _, dup := seen[name]; dup {
+			continue
+		}
+		seen[name] = struct{}{}
+		na.names = append(na.names, name)
+		na.items = append(na.items, i)
+	}
+	return na, nil
 }
 
 // parseNumberedNames is parseNodes for interned names: duplicates are
@@ -184,8 +196,8 @@ func dedupeNames(names []string) []string {
 }
 
 // candidates builds the engine's candidate list: names only, or names and
-// the given Node objects.
-func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs, cs []opa.Candidate) ([]opa.Candidate, *requestError) {
+// the given Nodes' JSON.
+func (na nodeArgs) candidates(wire *extenderArgsWire, cs []opa.Candidate) []opa.Candidate {
 	if cap(cs) < len(na.names) {
 		cs = make([]opa.Candidate, len(na.names))
 	}
@@ -194,12 +206,8 @@ func (na nodeArgs) candidates(args *extenderv1.ExtenderArgs, cs []opa.Candidate)
 	for i, name := range na.names {
 		cs[i].Name = name
 		if na.full {
-			obj, rerr := nodeObject(&args.Nodes.Items[na.items[i]])
-			if rerr != nil {
-				return nil, rerr
-			}
-			cs[i].Object = obj
+			cs[i].JSON = wire.Nodes.Items[na.items[i]]
 		}
 	}
-	return cs, nil
+	return cs
 }

@@ -64,9 +64,14 @@
 // into the engine's values (opa.DecodePod). The pod's metadata the engine
 // reads itself is type-checked; its other fields reach templates as the
 // scheduler sent them, as the object of an admission review does (a field
-// of the wrong type deep in the spec is no longer a 400). Node names are
-// interned and numbered as they are scanned (nodenames.go), and the lists
-// that hold them, like the engine's answer (Placement.Release), are given
-// back once the answer is written. Preempt, bind and /debug/explain decode
-// typed arguments.
+// of the wrong type deep in the spec is no longer a 400). Full Nodes
+// (nodeCacheCapable: false) are read the same way: each item of the
+// NodeList stays JSON, checked as JSON and named by its metadata.name as it
+// is scanned, handed to the engine as such (opa.Candidate.JSON, read only as
+// far as the policy set reads Nodes), and the ones that pass are echoed in
+// the answer as the scheduler sent them. Node names are interned and
+// numbered as they are scanned (nodenames.go), and the lists that hold them,
+// the request's body (which the echoed Nodes point into), and the engine's
+// answer (Placement.Release) are given back once the answer is written.
+// Preempt, bind and /debug/explain decode typed arguments.
 package server

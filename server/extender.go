@@ -1,13 +1,13 @@
 package server
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"runtime/trace"
 	"sort"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -52,9 +52,11 @@ func bindError(msg string) any       { return &extenderv1.ExtenderBindingResult{
 // placeArgs decodes and evaluates the ExtenderArgs of filter and prioritize.
 // The pod is read straight into the engine's values (opa.DecodePod), never
 // into a typed Pod: args.Pod stays nil, the pod is returned apart.
-func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) (*extenderv1.ExtenderArgs, *opa.Pod, nodeArgs, *opa.Placement, *requestError) {
+func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) (*extenderArgsWire, *opa.Pod, nodeArgs, *opa.Placement, *requestError) {
 	wire, release, rerr := s.decodeExtenderArgs(w, r)
-	defer release()
+	// The handler gives the body back once it has answered: the answer
+	// echoes the Nodes that pass, which point into it.
+	c.releaseBody = release
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
@@ -68,25 +70,21 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	c.pod = key
-	args := &extenderv1.ExtenderArgs{Nodes: wire.Nodes, NodeNames: wire.NodeNames}
-	na, rerr := parseNodes(args, wire.names)
+	na, rerr := parseNodes(&wire)
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	c.nodes = len(na.names)
 	if len(na.names) == 0 {
-		return args, pod, na, &opa.Placement{}, nil
+		return &wire, pod, na, &opa.Placement{}, nil
 	}
 	buf := candidateBuffers.Get().(*[]opa.Candidate)
 	defer func() {
 		clear((*buf)[:cap(*buf)]) // nodes and names of this request: not the pool's to keep
 		candidateBuffers.Put(buf)
 	}()
-	cands, rerr := na.candidates(args, *buf)
+	cands := na.candidates(&wire, *buf)
 	*buf = cands
-	if rerr != nil {
-		return nil, nil, nodeArgs{}, nil, rerr
-	}
 	ctx, cancel := s.withTimeout(r)
 	defer cancel()
 	// filter keeps its answer for the prioritize call that follows it for
@@ -101,7 +99,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	}
 	s.metrics.evaluated(c.verb, len(na.names))
 	c.uid, c.names, c.placement = pod.UID(), na.names, p
-	return args, pod, na, p, nil
+	return &wire, pod, na, p, nil
 }
 
 // handleFilter answers POST /filter: denied nodes go to
@@ -113,7 +111,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	}
 	c := startCall(r, verbFilter)
 	defer s.endCall(c)
-	defer func() { c.nameLists.release() }() // set by placeArgs
+	defer c.releaseRequest() // set by placeArgs
 	args, pod, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, filterError)
@@ -166,9 +164,9 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		res.nodeNames = &out
 	}
 	if args.Nodes != nil {
-		out := &v1.NodeList{TypeMeta: args.Nodes.TypeMeta, ListMeta: args.Nodes.ListMeta}
+		out := &nodeListWire{TypeMeta: args.Nodes.TypeMeta, ListMeta: args.Nodes.ListMeta}
 		if na.full {
-			out.Items = make([]v1.Node, len(passed))
+			out.Items = make([]json.RawMessage, len(passed))
 			for j, i := range passed {
 				out.Items[j] = args.Nodes.Items[na.items[i]]
 			}
@@ -223,7 +221,7 @@ func (s *Server) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	}
 	c := startCall(r, verbPrioritize)
 	defer s.endCall(c)
-	defer func() { c.nameLists.release() }() // set by placeArgs
+	defer c.releaseRequest() // set by placeArgs
 	_, _, na, p, rerr := s.placeArgs(w, r, c)
 	if rerr != nil {
 		s.finish(w, r, c, nil, rerr, prioritizeError)

@@ -168,13 +168,14 @@ func TestFilter(t *testing.T) {
 			var seen []string
 			for _, c := range last.Candidates {
 				seen = append(seen, c.Name)
-				if (c.Object != nil) != tc.withObjects {
-					t.Errorf("candidate %s: object present %v, want %v", c.Name, c.Object != nil, tc.withObjects)
+				if (c.JSON != nil) != tc.withObjects || c.Object != nil {
+					t.Errorf("candidate %s: JSON present %v, want %v (object %v, want none)", c.Name, c.JSON != nil, tc.withObjects, c.Object)
 				}
-				if c.Object != nil {
-					md := c.Object["metadata"].(map[string]any)
-					if c.Object["apiVersion"] != "v1" || c.Object["kind"] != "Node" || md["name"] != c.Name {
-						t.Errorf("candidate object: apiVersion %v kind %v name %v", c.Object["apiVersion"], c.Object["kind"], md["name"])
+				if c.JSON != nil {
+					// The Node as the request sent it.
+					var n v1.Node
+					if err := json.Unmarshal(c.JSON, &n); err != nil || n.Name != c.Name {
+						t.Errorf("candidate %s: JSON %s is not its Node (%v)", c.Name, c.JSON, err)
 					}
 				}
 			}
@@ -491,6 +492,10 @@ func TestBadInput(t *testing.T) {
 			{"both lists", `{"Pod": ` + pod + `, "NodeNames": ["a"], "Nodes": {"items": [{"metadata": {"name": "b"}}]}}`, "both Nodes and NodeNames"},
 			{"empty node name", `{"Pod": ` + pod + `, "NodeNames": ["a", ""]}`, "NodeNames[1] is empty"},
 			{"nameless node", `{"Pod": ` + pod + `, "Nodes": {"items": [{"metadata": {}}]}}`, "Nodes.items[0] has no metadata.name"},
+			{"node not an object", `{"Pod": ` + pod + `, "Nodes": {"items": [{"metadata": {"name": "a"}}, "b"]}}`, "Nodes.items[1] is not a JSON object"},
+			{"node name of wrong type", `{"Pod": ` + pod + `, "Nodes": {"items": [{"metadata": {"name": 5}}]}}`, "Nodes.items[0] has a metadata.name that is not a string"},
+			{"node metadata of wrong type", `{"Pod": ` + pod + `, "Nodes": {"items": [{"metadata": []}]}}`, "Nodes.items[0] has a metadata that is not a JSON object"},
+			{"list metadata of wrong type", `{"Pod": ` + pod + `, "Nodes": {"metadata": 5, "items": []}}`, "Nodes.metadata"},
 		},
 		"/prioritize": {
 			{"names of wrong type", `{"Pod": ` + pod + `, "NodeNames": [1]}`, "field NodeNames"},

@@ -71,6 +71,11 @@ func (f *fakePolicy) Evaluate(ctx context.Context, req opa.PlacementRequest) (*o
 	var nodes []opa.NodeVerdict
 	var all [][]opa.Violation
 	for _, c := range req.Candidates {
+		if c.Object == nil && c.JSON != nil {
+			if err := json.Unmarshal(c.JSON, &c.Object); err != nil {
+				return nil, err
+			}
+		}
 		v := opa.NodeVerdict{Name: c.Name}
 		var own []opa.Violation
 		deny := func(kind, name, msg string) {

@@ -423,9 +423,19 @@ type verbCall struct {
 	uid       string
 	names     []string // the candidates, in the placement's order
 	placement *opa.Placement
-	// nameLists hold the request's node names (nodenames.go), given back
-	// when the handler returns.
-	nameLists *nameBuffers
+	// nameLists hold the request's node names (nodenames.go), and
+	// releaseBody the request's body buffer, given back when the handler
+	// returns (releaseRequest).
+	nameLists   *nameBuffers
+	releaseBody func()
+}
+
+// releaseRequest gives back what placeArgs took for the request.
+func (c *verbCall) releaseRequest() {
+	c.nameLists.release()
+	if c.releaseBody != nil {
+		c.releaseBody()
+	}
 }
 
 // finish writes the answer, records the duration and logs. A requestError

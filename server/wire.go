@@ -2,29 +2,56 @@ package server
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 
-	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// extenderArgsWire is ExtenderArgs with the pod left as JSON, for
-// decodePod. Same field names, no tags, as ExtenderArgs: encoding/json
-// matches them as it matches ExtenderArgs' (case-insensitively).
+// extenderArgsWire is ExtenderArgs with the pod and the Nodes' items left
+// as JSON, for decodePod and the engine (opa.Candidate.JSON). Same field
+// names, no tags, as ExtenderArgs: encoding/json matches them as it
+// matches ExtenderArgs' (case-insensitively).
 type extenderArgsWire struct {
 	Pod       json.RawMessage
-	Nodes     *v1.NodeList
+	Nodes     *nodeListWire
 	NodeNames *[]string
 	// names holds NodeNames when the scanner read them (interned, with
 	// their numbers: nodenames.go); nil when encoding/json did.
 	names *nameBuffers
 }
 
+// nodeListWire is a v1.NodeList whose items stay JSON, as the scheduler
+// sent them: a kubelet's Node is 10 KB of JSON, which decoded into a typed
+// Node and converted to the engine's values cost more than the policies
+// that judge it (the engine reads only what its policy set reads of a
+// Node: inventory.View.CutJSON). Its list metadata is typed, and echoed in
+// the answer.
+type nodeListWire struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []json.RawMessage `json:"items"`
+	// names are the items' metadata.name when the scanner read them on
+	// its way (one per item, "" when it could not tell: nodeItemName
+	// reads those); nil when encoding/json read the list.
+	names []string
+}
+
 // bodyBuffers recycles request bodies: a names-only request for 5000
-// nodes is about 80 KiB.
+// nodes is about 80 KiB, one with the full Nodes of 1000 kubelets about
+// 10 MB. Read into a new buffer, doubled from the start, such a body cost
+// the service a fifth of its CPU in that mode (the copies, and zeroing
+// each new buffer), so buffers up to keptBodyBytes are kept; a pool lets
+// them go after two collections without use. The buffer holds what the
+// body holds after white space is dropped (limitBodies), so a padded body
+// does not make its buffer big.
 var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// keptBodyBytes bounds the body buffers kept for later requests.
+const keptBodyBytes = 16 << 20
 
 // decodeExtenderArgs reads the ExtenderArgs of filter and prioritize.
 // encoding/json spends most of a large request on scanning the node names
@@ -41,7 +68,7 @@ func (s *Server) decodeExtenderArgs(w http.ResponseWriter, r *http.Request) (wir
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	release = func() {
-		if buf.Cap() <= 4<<20 { // a huge body is not kept for the next one
+		if buf.Cap() <= keptBodyBytes { // a huge body is not kept for the next one
 			bodyBuffers.Put(buf)
 		}
 	}
@@ -58,7 +85,8 @@ func (s *Server) decodeExtenderArgs(w http.ResponseWriter, r *http.Request) (wir
 // does, or reports false: on malformed JSON, on keys with escapes or
 // non-ASCII bytes (encoding/json folds some of those onto field names), on
 // a field given twice, on node names that need unquoting, on a Nodes list
-// that does not decode, on data after the object. It never accepts a body
+// with list metadata other than {} (kube-scheduler sends none), on data
+// after the object. It never accepts a body
 // that encoding/json refuses, or reads one differently (FuzzScanExtenderArgs).
 func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 	var wire extenderArgsWire
@@ -103,14 +131,8 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 			}
 			wire.Pod = b[start:sc.i]
 		case 1:
-			if !sc.value(0) {
+			if !sc.nodeList(&wire) {
 				return wire, false
-			}
-			if raw := b[start:sc.i]; string(raw) != "null" {
-				wire.Nodes = &v1.NodeList{}
-				if json.Unmarshal(raw, wire.Nodes) != nil {
-					return wire, false
-				}
 			}
 		case 2:
 			if !sc.nodeNames(&wire) {
@@ -128,6 +150,191 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 			return wire, sc.end()
 		default:
 			return wire, false
+		}
+	}
+}
+
+// nodeList reads Nodes: null, or a list whose items are JSON values (their
+// spans in the body), with no list metadata but an empty object (what
+// kube-scheduler sends); anything else goes to encoding/json.
+func (sc *scanner) nodeList(wire *extenderArgsWire) bool {
+	if sc.literal("null") {
+		return true
+	}
+	if !sc.consume('{') {
+		return false
+	}
+	list := &nodeListWire{}
+	var seen [2]bool
+	sc.space()
+	if sc.consume('}') {
+		wire.Nodes = list
+		return true
+	}
+	for {
+		sc.space()
+		key, ok := sc.plainString()
+		if !ok {
+			return false
+		}
+		sc.space()
+		if !sc.consume(':') {
+			return false
+		}
+		sc.space()
+		switch {
+		case strings.EqualFold(key, "items") && !seen[0]:
+			seen[0] = true
+			if !sc.items(list) {
+				return false
+			}
+		case strings.EqualFold(key, "metadata") && !seen[1]:
+			seen[1] = true
+			if !sc.consume('{') {
+				return false
+			}
+			sc.space()
+			if !sc.consume('}') {
+				return false
+			}
+		case strings.EqualFold(key, "items"), strings.EqualFold(key, "metadata"),
+			strings.EqualFold(key, "kind"), strings.EqualFold(key, "apiVersion"):
+			return false
+		default:
+			if !sc.value(1) {
+				return false
+			}
+		}
+		sc.space()
+		switch {
+		case sc.consume(','):
+		case sc.consume('}'):
+			wire.Nodes = list
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// items reads the items of a NodeList: null, or an array of JSON values
+// kept as their spans in the body.
+func (sc *scanner) items(list *nodeListWire) bool {
+	if sc.literal("null") {
+		return true
+	}
+	if !sc.consume('[') {
+		return false
+	}
+	list.Items = []json.RawMessage{}
+	sc.space()
+	if sc.consume(']') {
+		return true
+	}
+	for {
+		sc.space()
+		start := sc.i
+		name, ok := sc.nodeItem()
+		if !ok {
+			return false
+		}
+		list.Items = append(list.Items, sc.b[start:sc.i:sc.i])
+		list.names = append(list.names, name)
+		sc.space()
+		switch {
+		case sc.consume(','):
+		case sc.consume(']'):
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// nodeItem reads an item of a NodeList, and on its way the Node's
+// metadata.name when it is plain: keys without escapes, the name a plain
+// string ("" otherwise: nodeItemName reads it from the item). One pass
+// over the item, where reading the name apart took another.
+func (sc *scanner) nodeItem() (name string, ok bool) {
+	if !sc.consume('{') {
+		return "", sc.value(2)
+	}
+	sc.space()
+	if sc.consume('}') {
+		return "", true
+	}
+	for {
+		sc.space()
+		key, plain := sc.plainString()
+		if !plain {
+			return "", false // the fast path gives up: encoding/json reads the body
+		}
+		sc.space()
+		if !sc.consume(':') {
+			return "", false
+		}
+		sc.space()
+		if key == "metadata" {
+			name = "" // the last metadata is the one read
+			if sc.i < len(sc.b) && sc.b[sc.i] == '{' {
+				if name, ok = sc.metadataName(); !ok {
+					return "", false
+				}
+			} else if !sc.value(3) {
+				return "", false
+			}
+		} else if !sc.value(3) {
+			return "", false
+		}
+		sc.space()
+		switch {
+		case sc.consume(','):
+		case sc.consume('}'):
+			return name, true
+		default:
+			return "", false
+		}
+	}
+}
+
+// metadataName reads a Node's metadata object, and its name when plain.
+func (sc *scanner) metadataName() (name string, ok bool) {
+	sc.i++ // {
+	sc.space()
+	if sc.consume('}') {
+		return "", true
+	}
+	for {
+		sc.space()
+		key, plain := sc.plainString()
+		if !plain {
+			return "", false
+		}
+		sc.space()
+		if !sc.consume(':') {
+			return "", false
+		}
+		sc.space()
+		start := sc.i
+		if !sc.value(4) {
+			return "", false
+		}
+		if key == "name" {
+			name = ""
+			if v := sc.b[start:sc.i]; len(v) > 2 && v[0] == '"' {
+				inner := scanner{b: v}
+				if s, plain := inner.plainString(); plain && inner.i == len(v) {
+					name = s
+				}
+			}
+		}
+		sc.space()
+		switch {
+		case sc.consume(','):
+		case sc.consume('}'):
+			return name, true
+		default:
+			return "", false
 		}
 	}
 }
@@ -323,6 +530,18 @@ func (sc *scanner) str() bool {
 		return false
 	}
 	for sc.i < len(sc.b) {
+		// Most strings hold no escape: up to the next quote at once.
+		rest := sc.b[sc.i:]
+		q := bytes.IndexByte(rest, '"')
+		if q < 0 {
+			return false
+		}
+		j := escapeOrControl(rest[:q])
+		if j < 0 {
+			sc.i += q + 1
+			return true
+		}
+		sc.i += j
 		c := sc.b[sc.i]
 		sc.i++
 		switch {
@@ -356,6 +575,28 @@ func (sc *scanner) str() bool {
 	return false
 }
 
+// escapeOrControl is the index of the first backslash or control byte of
+// b, or -1: eight bytes at a time (a byte is < 0x20 when subtracting 0x20
+// borrows into its top bit, which it did not have; a backslash is a zero
+// byte after xor with 0x5c).
+func escapeOrControl(b []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		y := x ^ (ones * '\\')
+		if ((x-ones*0x20)&^x|(y-ones)&^y)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '\\' {
+			return i
+		}
+	}
+	return -1
+}
+
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
@@ -385,4 +626,85 @@ func (sc *scanner) number() bool {
 		}
 	}
 	return true
+}
+
+// nodeItemName reads the metadata.name of a Node sent as JSON (valid JSON:
+// the body was read whole), as the engine sees the Node: keys matched
+// exactly, the last of a key given twice. problem, when the item has no
+// name, says why.
+func nodeItemName(raw []byte) (name, problem string) {
+	md, kind := member(raw, "metadata")
+	switch {
+	case kind == memberNotObject:
+		return "", "is not a JSON object"
+	case kind == memberMissing:
+		return "", "has no metadata.name"
+	}
+	v, kind := member(md, "name")
+	switch {
+	case kind == memberNotObject:
+		return "", "has a metadata that is not a JSON object"
+	case kind == memberMissing:
+		return "", "has no metadata.name"
+	}
+	sc := scanner{b: v}
+	if s, ok := sc.plainString(); ok && sc.i == len(v) {
+		name = s
+	} else if err := json.Unmarshal(v, &name); err != nil {
+		return "", "has a metadata.name that is not a string"
+	}
+	if name == "" {
+		return "", "has no metadata.name"
+	}
+	return name, ""
+}
+
+// memberKind is what member found.
+type memberKind int
+
+const (
+	memberFound memberKind = iota
+	memberMissing
+	memberNotObject
+)
+
+// member is the value of key in the JSON object obj (valid JSON), the
+// last when given twice.
+func member(obj []byte, key string) ([]byte, memberKind) {
+	sc := scanner{b: obj}
+	sc.space()
+	if !sc.consume('{') {
+		return nil, memberNotObject
+	}
+	var v []byte
+	kind := memberMissing
+	sc.space()
+	if sc.consume('}') {
+		return nil, memberMissing
+	}
+	for {
+		sc.space()
+		at := sc.i
+		k, plain := sc.plainString()
+		if !plain { // a key with escapes: its text decoded
+			sc.i = at
+			if !sc.str() || json.Unmarshal(obj[at:sc.i], &k) != nil {
+				return nil, memberNotObject
+			}
+		}
+		sc.space()
+		sc.consume(':')
+		sc.space()
+		start := sc.i
+		if !sc.value(0) {
+			return nil, memberNotObject
+		}
+		if k == key {
+			v, kind = obj[start:sc.i], memberFound
+		}
+		sc.space()
+		if !sc.consume(',') {
+			return v, kind
+		}
+	}
 }

@@ -34,10 +34,26 @@ func checkScan(t *testing.T, body []byte) (fast bool) {
 	if !wantOK {
 		t.Fatalf("scanExtenderArgs accepts %q, encoding/json refuses it", body)
 	}
-	if !bytes.Equal(got.Pod, want.Pod) || !reflect.DeepEqual(got.NodeNames, want.NodeNames) || !reflect.DeepEqual(got.Nodes, want.Nodes) {
+	if !bytes.Equal(got.Pod, want.Pod) || !reflect.DeepEqual(got.NodeNames, want.NodeNames) || !sameNodeList(got.Nodes, want.Nodes) {
 		t.Fatalf("scanExtenderArgs(%q) = %+v, encoding/json reads %+v", body, got, want)
 	}
+	if got.Nodes != nil {
+		// The names the scanner read on its way are the items' own.
+		for i, name := range got.Nodes.names {
+			if want, _ := nodeItemName(got.Nodes.Items[i]); name != "" && name != want {
+				t.Fatalf("scanExtenderArgs(%q) names item %d %q, nodeItemName reads %q", body, i, name, want)
+			}
+		}
+	}
 	return true
+}
+
+// sameNodeList compares what encoding/json reads of a list.
+func sameNodeList(a, b *nodeListWire) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(a.TypeMeta, b.TypeMeta) && reflect.DeepEqual(a.ListMeta, b.ListMeta) && reflect.DeepEqual(a.Items, b.Items)
 }
 
 func TestScanExtenderArgs(t *testing.T) {
@@ -51,6 +67,11 @@ func TestScanExtenderArgs(t *testing.T) {
 		{`{"Pod": null, "NodeNames": null, "Nodes": null}`, true},
 		{`{"Nodes": {"items": [{"metadata": {"name": "n1"}}]}}`, true},
 		{`{"Extra": {"deep": [[[]]]}, "NodeNames": ["a"]}`, true},
+		{`{"Nodes": {"metadata": {}, "items": []}}`, true},
+		{`{"Nodes": {"metadata": { }, "other": [1], "ITEMS": null}}`, true},
+		{`{"Nodes": {"items": [1, "x", null, {"a": [{}]}] }}`, true},
+		{`{"Nodes": {"items": [{"metadata": {"name": "a"}, "metadata": {"uid": "u"}}, {"metadata": {"name": "\u0062"}}, {"metadata": 1}]}}`, true},
+		{`{"Nodes": {}}`, true},
 		// left to encoding/json: its answer (a value or an error) is the reference
 		{`{"NodeNames": ["a\u0062"]}`, false},
 		{`{"NodeNames": ["ü"]}`, false},
@@ -59,6 +80,11 @@ func TestScanExtenderArgs(t *testing.T) {
 		{`{"NodeNames": "a"}`, false},
 		{`{"NodeNames": [1]}`, false},
 		{`{"Nodes": {"items": 5}}`, false},
+		{`{"Nodes": {"kind": "NodeList", "items": []}}`, false},
+		{`{"Nodes": {"metadata": {"resourceVersion": "1"}}}`, false},
+		{`{"Nodes": {"items": [], "items": [{}]}}`, false},
+		{`{"Nodes": {"metadata": 5}}`, false},
+		{`{"Nodes": [1]}`, false},
 		{`{"Pod": {"a": 01}}`, false},
 		{`{"Pod": {"a": "ctl ` + "\x01" + `"}}`, false},
 		{`{"Pod": {"a": "\x"}}`, false},
@@ -85,4 +111,46 @@ func FuzzScanExtenderArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkScan(t, body) })
+}
+
+func TestNodeItemName(t *testing.T) {
+	for _, tc := range []struct{ item, name, problem string }{
+		{`{"metadata": {"name": "n1", "labels": {"name": "x"}}, "name": "no"}`, "n1", ""},
+		{` {"spec": {"metadata": {"name": "no"}}, "metadata" : { "uid": "u", "name" : "n2" } } `, "n2", ""},
+		{`{"metadata": {"name": "first"}, "metadata": {"name": "last"}}`, "last", ""},
+		{`{"metadata": {"name": "first", "name": "last"}}`, "last", ""},
+		{`{"m\u0065tadata": {"n\u0061me": "esc\u00e9"}}`, "escé", ""},
+		{`{"Metadata": {"name": "x"}}`, "", "has no metadata.name"},
+		{`{"metadata": {"name": ""}}`, "", "has no metadata.name"},
+		{`{"metadata": {}}`, "", "has no metadata.name"},
+		{`{}`, "", "has no metadata.name"},
+		{`{"metadata": {"name": 5}}`, "", "has a metadata.name that is not a string"},
+		{`{"metadata": {"name": null}}`, "", "has no metadata.name"},
+		{`{"metadata": null}`, "", "has a metadata that is not a JSON object"},
+		{`[{"metadata": {"name": "x"}}]`, "", "is not a JSON object"},
+		{`null`, "", "is not a JSON object"},
+	} {
+		name, problem := nodeItemName([]byte(tc.item))
+		if name != tc.name || problem != tc.problem {
+			t.Errorf("nodeItemName(%s) = %q, %q; want %q, %q", tc.item, name, problem, tc.name, tc.problem)
+		}
+	}
+}
+
+func FuzzEscapeOrControl(f *testing.F) {
+	for _, s := range []string{"", "plain ascii text", "a\\b", "tab\there", "\x1f", "\x7f\x80\xff\x20\x5b\x5d", strings.Repeat("é", 9) + "\\"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := -1
+		for i, c := range b {
+			if c < 0x20 || c == '\\' {
+				want = i
+				break
+			}
+		}
+		if got := escapeOrControl(b); got != want {
+			t.Fatalf("escapeOrControl(%q) = %d, want %d", b, got, want)
+		}
+	})
 }

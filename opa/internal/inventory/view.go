@@ -1,11 +1,13 @@
 package inventory
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/jsonvalue"
 )
 
 // Nodes are the bulk of the inventory (a kubelet's Node is 10 KB of JSON
@@ -32,10 +34,12 @@ type View struct {
 	// truth (and, for objects and arrays, their existence) goes.
 	paths, exists [][]*ast.Term
 	key           string // for comparing views
+	// json is the view as a cut of a Node's JSON (CutJSON).
+	json *jsonvalue.Cut
 }
 
 // Whole keeps every Node whole.
-var Whole = View{all: true, key: "all"}
+var Whole = View{all: true, key: "all", json: jsonCut(true, nil, nil)}
 
 // unknown is the view of an inventory that holds no Node yet: any view
 // differs from it.
@@ -64,7 +68,95 @@ func NewView(paths, exists [][]*ast.Term) View {
 	for _, p := range v.exists {
 		v.key += analysis.PathString(p) + "\n"
 	}
+	v.json = jsonCut(false, v.paths, v.exists)
 	return v
+}
+
+// jsonCut is the cut of a Node's JSON that keeps what Cut keeps of its
+// content after WithoutManagedFields: the same paths, by the same rules
+// (see jsonvalue.Cut), metadata.managedFields omitted.
+func jsonCut(all bool, paths, exists [][]*ast.Term) *jsonvalue.Cut {
+	c := jsonvalue.NewCut()
+	if all {
+		c.Keep()
+	}
+	for _, p := range paths {
+		if keys, whole := stringKeys(p); whole {
+			c.Keep(keys...)
+		} else if len(keys) > 0 {
+			c.Follow(keys...)
+		}
+	}
+	for _, p := range exists {
+		if keys, whole := stringKeys(p); whole {
+			c.KeepExistence(keys...)
+		} else if len(keys) > 0 {
+			c.Follow(keys...)
+		}
+	}
+	c.Omit("metadata", "managedFields")
+	return c
+}
+
+// stringKeys is the keys of path up to its first that is not a string
+// (copyPath follows a path no further: objects have string keys only);
+// whole reports that every key is a string.
+func stringKeys(path []*ast.Term) (keys []string, whole bool) {
+	for _, t := range path {
+		s, ok := t.Value.(ast.String)
+		if !ok {
+			return keys, false
+		}
+		keys = append(keys, string(s))
+	}
+	return keys, true
+}
+
+// CutJSON reads a Node sent as JSON into the value the view keeps of it:
+// the value of Cut(WithoutManagedFields(WithTypeMeta(content))) for the
+// content encoding/json would decode (with UseNumber), read without
+// building what the view does not keep. Malformed JSON, or a document that
+// is not an object, is an error.
+func (v View) CutJSON(b []byte) (ast.Object, error) {
+	c := v.json
+	if c == nil {
+		c = Whole.json
+	}
+	val, err := jsonvalue.ParseCut(b, c)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := val.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("a Node is a JSON object, not %s", ast.ValueName(val))
+	}
+	for _, tm := range nodeTypeMeta {
+		if obj.Get(tm[0]) == nil && v.keepsTop(tm[0]) {
+			obj.Insert(tm[0], tm[1])
+		}
+	}
+	return obj, nil
+}
+
+// nodeTypeMeta is what WithTypeMeta gives a Node that has none.
+var nodeTypeMeta = [][2]*ast.Term{
+	{ast.StringTerm("apiVersion"), ast.StringTerm("v1")},
+	{ast.StringTerm("kind"), ast.StringTerm("Node")},
+}
+
+// keepsTop says whether the view keeps anything at the Node's key k.
+func (v View) keepsTop(k *ast.Term) bool {
+	if v.all || v.json == nil {
+		return true
+	}
+	for _, set := range [][][]*ast.Term{v.paths, v.exists} {
+		for _, p := range set {
+			if len(p) > 0 && p[0].Equal(k) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // All says whether the view keeps Nodes whole.

@@ -292,43 +292,10 @@ func (p *parser) str() (string, error) {
 // number reads a number as JSON's grammar allows it and keeps its text.
 func (p *parser) number() (*ast.Term, error) {
 	start := p.i
-	j := p.i
-	if p.b[j] == '-' {
-		j++
+	if err := p.skipNumber(); err != nil {
+		return nil, err
 	}
-	digits := func() bool {
-		k := j
-		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
-			j++
-		}
-		return j > k
-	}
-	switch {
-	case j < len(p.b) && p.b[j] == '0':
-		j++
-	case !digits():
-		p.i = j
-		return nil, p.errorf("invalid number")
-	}
-	if j < len(p.b) && p.b[j] == '.' {
-		j++
-		if !digits() {
-			p.i = j
-			return nil, p.errorf("invalid number: want a digit after '.'")
-		}
-	}
-	if j < len(p.b) && (p.b[j] == 'e' || p.b[j] == 'E') {
-		j++
-		if j < len(p.b) && (p.b[j] == '+' || p.b[j] == '-') {
-			j++
-		}
-		if !digits() {
-			p.i = j
-			return nil, p.errorf("invalid number: want a digit in the exponent")
-		}
-	}
-	p.i = j
-	text := string(p.b[start:j])
+	text := string(p.b[start:p.i])
 	if t := ast.InternedIntNumberTermFromString(text); t != nil {
 		return t, nil
 	}
