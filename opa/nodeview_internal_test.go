@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
@@ -70,4 +71,26 @@ func changesOf(objs []*unstructured.Unstructured) []policy.Change {
 		out[i] = policy.Change{Object: o}
 	}
 	return out
+}
+
+// TestPrintedValuesShared: the printed values of a node are one object
+// for every constraint that prints the same single value at the same
+// place (the node classes keep one per node and constraint).
+func TestPrintedValuesShared(t *testing.T) {
+	name := verdict.NewBinding(0, "node-shared-a")
+	a := (*nodePrinted)(nil).withValue(name).shared()
+	b := (*nodePrinted)(nil).withValue(name).shared()
+	if a != b || len(a.bindings) != 1 || a.bindings[0] != name {
+		t.Errorf("one printed value made twice: %p and %p (%v), want one object", a, b, a.bindings)
+	}
+	if c := (*nodePrinted)(nil).withValue(verdict.NewBinding(1, "node-shared-a")).shared(); c == a {
+		t.Error("the value printed at another place shares its object")
+	}
+	two := (*nodePrinted)(nil).withValue(name).withValue(verdict.NewBinding(1, "x"))
+	if two.shared() != two || len(two.bindings) != 2 {
+		t.Error("two printed values are not kept as made")
+	}
+	if (*nodePrinted)(nil).shared() != nothingPrinted {
+		t.Error("no printed value is not nothingPrinted")
+	}
 }
