@@ -52,7 +52,7 @@ SCENARIOS=(
 	"engine|microbenchmarks: Engine.Evaluate, the realistic mix's pod stream and /filter handler, a one-off pod's evaluations, the plugin's cycle"
 	"throughput|pods bound per second by the stock kube-scheduler: no extender, no-op extender, the service, the plugin build; realistic mix"
 	"throughput-examples|the same on the example policies and fake Nodes (the plugin build's and the extender's targets)"
-	"throughput-churn|the realistic mix through kube-scheduler under 20 Node status updates a second, names and full Nodes"
+	"throughput-churn|the realistic mix through kube-scheduler under 20 Node status updates a second, names and full Nodes; under 100 a second, names"
 	"policy-latency|time from a policy change to the answers that use it: through the folder and through the API server"
 	"diff|the differential test against Gatekeeper's framework (library samples and mutated pods): comparisons and differences"
 )
@@ -202,6 +202,8 @@ scenario_throughput-examples() {
 scenario_throughput-churn() {
 	e2e -run TestSchedulerThroughput ./throughput/ -args -policy-set realistic -nodes "$E2E_NODES" -pods "$E2E_PODS" -full-pods "$E2E_FULL" \
 		-churn 20 -default-qps=false
+	e2e -run TestSchedulerThroughput ./throughput/ -args -policy-set realistic -nodes "$E2E_NODES" -pods "$E2E_PODS" -full-pods 0 \
+		-setups 'no extender|\(names\)' -rounds "$EX_ROUNDS" -churn 100 -default-qps=false
 }
 
 scenario_policy-latency() {
