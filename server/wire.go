@@ -92,25 +92,8 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 	var wire extenderArgsWire
 	sc := scanner{b: b}
 	sc.space()
-	if !sc.consume('{') {
-		return wire, false
-	}
-	sc.space()
-	if sc.consume('}') {
-		return wire, sc.end()
-	}
 	var seen [3]bool
-	for {
-		sc.space()
-		key, ok := sc.plainString()
-		if !ok {
-			return wire, false
-		}
-		sc.space()
-		if !sc.consume(':') {
-			return wire, false
-		}
-		sc.space()
+	ok := sc.object(func(key string) bool {
 		field := -1
 		for j, name := range [...]string{"Pod", "Nodes", "NodeNames"} {
 			if strings.EqualFold(key, name) {
@@ -119,7 +102,7 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 		}
 		if field >= 0 {
 			if seen[field] {
-				return wire, false
+				return false
 			}
 			seen[field] = true
 		}
@@ -127,31 +110,18 @@ func scanExtenderArgs(b []byte) (extenderArgsWire, bool) {
 		switch field {
 		case 0:
 			if !sc.value(0) {
-				return wire, false
+				return false
 			}
 			wire.Pod = b[start:sc.i]
+			return true
 		case 1:
-			if !sc.nodeList(&wire) {
-				return wire, false
-			}
+			return sc.nodeList(&wire)
 		case 2:
-			if !sc.nodeNames(&wire) {
-				return wire, false
-			}
-		default:
-			if !sc.value(0) {
-				return wire, false
-			}
+			return sc.nodeNames(&wire)
 		}
-		sc.space()
-		switch {
-		case sc.consume(','):
-		case sc.consume('}'):
-			return wire, sc.end()
-		default:
-			return wire, false
-		}
-	}
+		return sc.value(0)
+	})
+	return wire, ok && sc.end()
 }
 
 // nodeList reads Nodes: null, or a list whose items are JSON values (their
@@ -161,60 +131,26 @@ func (sc *scanner) nodeList(wire *extenderArgsWire) bool {
 	if sc.literal("null") {
 		return true
 	}
-	if !sc.consume('{') {
-		return false
-	}
 	list := &nodeListWire{}
 	var seen [2]bool
-	sc.space()
-	if sc.consume('}') {
-		wire.Nodes = list
-		return true
-	}
-	for {
-		sc.space()
-		key, ok := sc.plainString()
-		if !ok {
-			return false
-		}
-		sc.space()
-		if !sc.consume(':') {
-			return false
-		}
-		sc.space()
+	ok := sc.object(func(key string) bool {
 		switch {
 		case strings.EqualFold(key, "items") && !seen[0]:
 			seen[0] = true
-			if !sc.items(list) {
-				return false
-			}
+			return sc.items(list)
 		case strings.EqualFold(key, "metadata") && !seen[1]:
 			seen[1] = true
-			if !sc.consume('{') {
-				return false
-			}
-			sc.space()
-			if !sc.consume('}') {
-				return false
-			}
+			return sc.object(func(string) bool { return false }) // {} only
 		case strings.EqualFold(key, "items"), strings.EqualFold(key, "metadata"),
 			strings.EqualFold(key, "kind"), strings.EqualFold(key, "apiVersion"):
 			return false
-		default:
-			if !sc.value(1) {
-				return false
-			}
 		}
-		sc.space()
-		switch {
-		case sc.consume(','):
-		case sc.consume('}'):
-			wire.Nodes = list
-			return true
-		default:
-			return false
-		}
+		return sc.value(1)
+	})
+	if ok {
+		wire.Nodes = list
 	}
+	return ok
 }
 
 // items reads the items of a NodeList: null, or an array of JSON values
@@ -256,68 +192,30 @@ func (sc *scanner) items(list *nodeListWire) bool {
 // string ("" otherwise: nodeItemName reads it from the item). One pass
 // over the item, where reading the name apart took another.
 func (sc *scanner) nodeItem() (name string, ok bool) {
-	if !sc.consume('{') {
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
 		return "", sc.value(2)
 	}
-	sc.space()
-	if sc.consume('}') {
-		return "", true
-	}
-	for {
-		sc.space()
-		key, plain := sc.plainString()
-		if !plain {
-			return "", false // the fast path gives up: encoding/json reads the body
+	ok = sc.object(func(key string) bool {
+		if key != "metadata" {
+			return sc.value(3)
 		}
-		sc.space()
-		if !sc.consume(':') {
-			return "", false
+		name = "" // the last metadata is the one read
+		if sc.i < len(sc.b) && sc.b[sc.i] == '{' {
+			var ok bool
+			name, ok = sc.metadataName()
+			return ok
 		}
-		sc.space()
-		if key == "metadata" {
-			name = "" // the last metadata is the one read
-			if sc.i < len(sc.b) && sc.b[sc.i] == '{' {
-				if name, ok = sc.metadataName(); !ok {
-					return "", false
-				}
-			} else if !sc.value(3) {
-				return "", false
-			}
-		} else if !sc.value(3) {
-			return "", false
-		}
-		sc.space()
-		switch {
-		case sc.consume(','):
-		case sc.consume('}'):
-			return name, true
-		default:
-			return "", false
-		}
-	}
+		return sc.value(3)
+	})
+	return name, ok
 }
 
 // metadataName reads a Node's metadata object, and its name when plain.
 func (sc *scanner) metadataName() (name string, ok bool) {
-	sc.i++ // {
-	sc.space()
-	if sc.consume('}') {
-		return "", true
-	}
-	for {
-		sc.space()
-		key, plain := sc.plainString()
-		if !plain {
-			return "", false
-		}
-		sc.space()
-		if !sc.consume(':') {
-			return "", false
-		}
-		sc.space()
+	ok = sc.object(func(key string) bool {
 		start := sc.i
 		if !sc.value(4) {
-			return "", false
+			return false
 		}
 		if key == "name" {
 			name = ""
@@ -328,13 +226,43 @@ func (sc *scanner) metadataName() (name string, ok bool) {
 				}
 			}
 		}
+		return true
+	})
+	return name, ok
+}
+
+// object reads an object whose keys are plain strings (anything else is
+// false: encoding/json reads such a body), handing each key to member,
+// which reads its value.
+func (sc *scanner) object(member func(key string) bool) bool {
+	if !sc.consume('{') {
+		return false
+	}
+	sc.space()
+	if sc.consume('}') {
+		return true
+	}
+	for {
+		sc.space()
+		key, plain := sc.plainString()
+		if !plain {
+			return false
+		}
+		sc.space()
+		if !sc.consume(':') {
+			return false
+		}
+		sc.space()
+		if !member(key) {
+			return false
+		}
 		sc.space()
 		switch {
 		case sc.consume(','):
 		case sc.consume('}'):
-			return name, true
+			return true
 		default:
-			return "", false
+			return false
 		}
 	}
 }

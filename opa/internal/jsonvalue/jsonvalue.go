@@ -137,53 +137,11 @@ func (p *parser) literal(word string, t *ast.Term) (*ast.Term, error) {
 	return t, nil
 }
 
-func (p *parser) object(depth int) (*ast.Term, error) {
-	if depth > MaxDepth {
-		return nil, p.errorf("exceeded max depth %d", MaxDepth)
-	}
-	p.i++ // {
-	base := len(p.items)
-	defer func() { p.items = p.items[:base] }()
-	p.skipSpace()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-		return ast.NewTerm(ast.NewObject()), nil
-	}
-	for {
-		p.skipSpace()
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return nil, p.errorf("object key: want a string")
-		}
-		k, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		p.skipSpace()
-		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return nil, p.errorf("after object key: want ':'")
-		}
-		p.i++
-		p.skipSpace()
-		v, err := p.value(depth)
-		if err != nil {
-			return nil, err
-		}
-		p.items = append(p.items, [2]*ast.Term{k, v})
-		p.skipSpace()
-		if p.i >= len(p.b) {
-			return nil, p.errorf("unexpected end of JSON input")
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return ast.NewTerm(newObject(p.items[base:])), nil
-		default:
-			return nil, p.errorf("after object value: want ',' or '}'")
-		}
-	}
-}
+func (p *parser) object(depth int) (*ast.Term, error) { return p.cutObject(&keepAll, depth) }
+
+// keepAll is the cut that keeps a value whole: Parse reads objects as
+// ParseCut reads the ones it keeps.
+var keepAll = cutNode{whole: true}
 
 // newObject makes the object of items; a repeated key keeps its last
 // value, as encoding/json's maps do.
