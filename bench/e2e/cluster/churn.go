@@ -28,7 +28,7 @@ type NodeChurn struct {
 }
 
 // StartNodeChurn begins updating the named Nodes' status, rate updates a
-// second in all, round robin; Stop ends it. A rate of 0 writes nothing.
+// second in all, round robin, up to maxInFlight at once; Stop ends it. A rate of 0 writes nothing.
 func (c *Cluster) StartNodeChurn(rate float64, names []string) *NodeChurn {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := &NodeChurn{c: c, rate: rate, names: names, cancel: cancel}
@@ -43,9 +43,18 @@ func (c *Cluster) StartNodeChurn(rate float64, names []string) *NodeChurn {
 	return ch
 }
 
+// maxInFlight bounds the updates written at once. Kubelets write
+// concurrently; one writer at a time, each update a get and a status
+// update through a loaded API server, reached 30 to 55 updates a second
+// on two vCPUs when 100 were asked.
+const maxInFlight = 8
+
 func (ch *NodeChurn) loop(ctx context.Context) {
 	interval := time.Duration(float64(time.Second) / ch.rate)
 	next := time.Now()
+	slots := make(chan struct{}, maxInFlight)
+	var writes sync.WaitGroup
+	defer writes.Wait()
 	for k := 0; ; k++ {
 		next = next.Add(interval)
 		select {
@@ -53,15 +62,24 @@ func (ch *NodeChurn) loop(ctx context.Context) {
 			return
 		case <-time.After(time.Until(next)):
 		}
-		if err := ch.heartbeat(ctx, ch.names[k%len(ch.names)]); err != nil {
-			if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}: // the rate falls behind when every slot is busy
+		}
+		name := ch.names[k%len(ch.names)]
+		writes.Add(1)
+		go func() {
+			defer func() { <-slots; writes.Done() }()
+			if err := ch.heartbeat(ctx, name); err != nil {
+				if ctx.Err() == nil {
+					ch.failed.Add(1)
+					ch.lastErr.Store(&err)
+				}
 				return
 			}
-			ch.failed.Add(1)
-			ch.lastErr.Store(&err)
-			continue
-		}
-		ch.written.Add(1)
+			ch.written.Add(1)
+		}()
 	}
 }
 
