@@ -190,7 +190,7 @@ func (sc *scanner) items(list *nodeListWire) bool {
 // nodeItem reads an item of a NodeList, and on its way the Node's
 // metadata.name when it is plain: keys without escapes, the name a plain
 // string ("" otherwise: nodeItemName reads it from the item). One pass
-// over the item, where reading the name apart took another.
+// over the item: reading the name apart would be a second one.
 func (sc *scanner) nodeItem() (name string, ok bool) {
 	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
 		return "", sc.value(2)
