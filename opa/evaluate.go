@@ -947,13 +947,15 @@ var nothingPrinted = &nodePrinted{}
 // constraint that prints that value at that place: most print the node's
 // name, and one object per node and constraint was 5 MiB of the live heap
 // with 5000 Nodes and the realistic set (a nodePrinted is never written to
-// once made). Bounded: past maxPrintedOnce values it starts over.
+// once made). Bounded: past maxPrintedOnce values it starts over, so that
+// the names of Nodes long gone (a cluster that scales) hold at most a few
+// MiB; objects the node classes hold stay theirs.
 var printedOnce = struct {
 	sync.Mutex
 	m map[verdict.Binding]*nodePrinted
 }{m: map[verdict.Binding]*nodePrinted{}}
 
-const maxPrintedOnce = 1 << 16
+const maxPrintedOnce = 1 << 15
 
 // shared is pr, or the nodePrinted of the same single value already made.
 func (pr *nodePrinted) shared() *nodePrinted {
