@@ -102,27 +102,7 @@ func (n *cutNode) omits() bool {
 // ParseCut reads one JSON value, with only whitespace around it, keeping
 // what c keeps of it.
 func ParseCut(b []byte, c *Cut) (ast.Value, error) {
-	p := parser{b: b}
-	sc := scratchPool.Get().(*scratch)
-	p.items, p.elems = sc.items[:0], sc.elems[:0]
-	defer func() {
-		if cap(p.items) <= maxScratch && cap(p.elems) <= maxScratch {
-			clear(p.items[:cap(p.items)])
-			clear(p.elems[:cap(p.elems)])
-			sc.items, sc.elems = p.items[:0], p.elems[:0]
-			scratchPool.Put(sc)
-		}
-	}()
-	p.skipSpace()
-	t, err := p.cutValue(&c.root, 0)
-	if err != nil {
-		return nil, err
-	}
-	p.skipSpace()
-	if p.i != len(p.b) {
-		return nil, p.errorf("unexpected data after the JSON value")
-	}
-	return t.Value, nil
+	return parse(parser{b: b}, &c.root)
 }
 
 // cutValue reads the value at p.i as n keeps it (n keeps something).

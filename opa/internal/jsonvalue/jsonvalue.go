@@ -27,11 +27,12 @@ const MaxDepth = 10000
 
 // Parse reads one JSON value, with only whitespace around it.
 func Parse(b []byte) (ast.Value, error) {
-	return parse(parser{b: b})
+	return parse(parser{b: b}, &keepAll)
 }
 
-// parse reads p's document: one JSON value, with only whitespace around.
-func parse(p parser) (ast.Value, error) {
+// parse reads p's document: one JSON value, with only whitespace around,
+// as root keeps it (keepAll: whole).
+func parse(p parser, root *cutNode) (ast.Value, error) {
 	sc := scratchPool.Get().(*scratch)
 	p.items, p.elems = sc.items[:0], sc.elems[:0]
 	defer func() {
@@ -44,7 +45,7 @@ func parse(p parser) (ast.Value, error) {
 		}
 	}()
 	p.skipSpace()
-	t, err := p.value(0)
+	t, err := p.cutValue(root, 0)
 	if err != nil {
 		return nil, err
 	}

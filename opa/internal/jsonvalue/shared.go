@@ -71,7 +71,7 @@ func NewShared(limits SharedLimits) *Shared {
 func (s *Shared) Parse(b []byte) (ast.Value, error) {
 	buf := endsPool.Get().(*[]int32)
 	defer endsPool.Put(buf)
-	return parse(parser{b: b, shared: s, ends: spans(b, buf)})
+	return parse(parser{b: b, shared: s, ends: spans(b, buf)}, &keepAll)
 }
 
 var endsPool = sync.Pool{New: func() any { return new([]int32) }}
