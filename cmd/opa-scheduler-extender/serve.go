@@ -92,7 +92,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", 32<<20, "estimated size of the verdicts the engine remembers (the estimate counts shared values once per verdict: the heap they take is less)")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS minus one, at least one; 1: one after the other, on the request's own)")
-	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOMEMLIMIT still bounds the heap")
+	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOGC is 75 unless the environment sets it; GOMEMLIMIT still bounds the heap")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
@@ -245,6 +245,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if f.evalParallelism < 0 {
 		return fmt.Errorf("--eval-parallelism %d: want 0 or more", f.evalParallelism)
 	}
+	gogc := heapfloor.SetDefaultPercent()
 	cfg, err := clusterConfig(f)
 	if err != nil {
 		return err
@@ -330,7 +331,8 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint)
+	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint,
+		"gogc", gogc, "gcHeapFloorBytes", f.gcHeapFloor)
 	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
 }
 

@@ -300,6 +300,7 @@ func run() error {
 	if f.service != "" {
 		return runService(ctx, f, dirs, nInv, rep)
 	}
+	heapfloor.SetDefaultPercent() // as the service runs, from its start
 	env, err := load(ctx, f, dirs, nInv)
 	if err != nil {
 		return err

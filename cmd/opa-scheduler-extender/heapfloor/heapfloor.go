@@ -1,32 +1,48 @@
-// Package heapfloor keeps the garbage collector from collecting a small
-// heap over and over.
+// Package heapfloor sets how far the garbage collector lets the heap
+// grow: a GOGC default for a process that holds a large live state, and a
+// floor that keeps it from collecting a small heap over and over.
 //
 // Go's collector starts a cycle when the heap has grown by GOGC percent
-// (100 by default) over what the last cycle left live. The service's live
-// heap is small (20 MiB with the whole Gatekeeper library and 500 Nodes)
-// while every scheduler call allocates tens of KiB, so at the scheduler's
-// pace the collector runs several times a second; a call that overlaps a
-// mark phase runs about twice as long (measured with a runtime trace:
-// bench/cmd/tracetail), and those calls make the latency's 99th
-// percentile. A floor lets the heap grow to at least Floor bytes before a
-// cycle starts: with 20 MiB live and a 96 MiB floor the collector runs
-// a quarter as often, and with a live heap past Floor/2 nothing changes
-// (GOGC's own goal is higher). The price is bounded: the heap grows to
-// Floor bytes where GOGC alone would have stopped it sooner, no further.
+// over what the last cycle left live. Most of the service's live heap is
+// state it keeps (compiled policies, the inventory, the memo: 34 MiB with
+// the whole Gatekeeper library and 5000 kubelet-sized Nodes, 45 MiB once
+// calls have filled the memo), while every scheduler call makes tens of
+// KiB of garbage. Go's default of 100 lets the heap reach twice the kept
+// state; the service runs at DefaultPercent (75) instead unless the GOGC
+// environment variable says otherwise, as Prometheus does for the same
+// reason. At 5000 kubelet-sized Nodes under 20 Node heartbeats a second,
+// RSS after the scenarios went from 154 to 157 MiB (GOGC 100, a 96 MiB
+// floor) to 138 to 142 MiB, with about twice as many collections at 500
+// candidates (16 or 17 against 8 or 9 in 10 s) and the latency's
+// percentiles within the noise of each other (p99 at 500 2.65 to 3.36
+// against 2.71 to 3.12 ms; three alternated runs of bench/cmd/loadgen
+// -policy-set realistic -nodes 500,5000 -verbs cycle -node-files 10
+// -churn 20 -churn-kind heartbeat -service BIN).
 //
-// It works as the runtime allows, from outside: after each cycle (a
-// cleanup on a sentinel object runs once per cycle that finds it dead) it
-// reads the live heap (runtime/metrics) and sets the GOGC percent
+// At the scheduler's pace a small heap is collected several times a
+// second, and a call that overlaps a mark phase runs about twice as long
+// (measured with a runtime trace: bench/cmd/tracetail): those calls make
+// the latency's 99th percentile. A floor lets the heap grow to at least
+// Floor bytes before a cycle starts; with a live heap past
+// Floor/(1+GOGC/100) nothing changes (GOGC's own goal is higher). The
+// price is bounded: the heap grows to Floor bytes where GOGC alone would
+// have stopped it sooner, no further.
+//
+// The floor works as the runtime allows, from outside: after each cycle
+// (a cleanup on a sentinel object runs once per cycle that finds it dead)
+// it reads the live heap (runtime/metrics) and sets the GOGC percent
 // (debug.SetGCPercent) that puts the next goal at the floor, never below
-// the GOGC the process started with. GOMEMLIMIT still bounds the heap: the
-// runtime collects earlier when the limit is near, whatever the percent.
+// the GOGC the process started with. GOMEMLIMIT still bounds the heap:
+// the runtime collects earlier when the limit is near, whatever the
+// percent.
 //
-// It owns the process's GOGC percent while it runs; it knows nothing of
-// HTTP or policies.
+// It owns the process's GOGC percent; it knows nothing of HTTP or
+// policies.
 package heapfloor
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -35,18 +51,29 @@ import (
 )
 
 // Default is the service's floor (--gc-heap-floor-bytes). With the whole
-// Gatekeeper library and 500 Nodes the live heap is about 20 MiB, so GOGC
-// alone starts a cycle at 40 MiB; with 5000 kubelet-sized Nodes it is
-// about 32 MiB, and under the realistic mix's cycles at 500 candidates
-// the collector ran 7 times in 5 s at a 64 MiB floor and 4 times at this
-// one, with a cycle p99 0.1 ms lower (alternate runs of bench/cmd/loadgen
-// -policy-set realistic -verbs cycle -service BIN -gc-heap-floor N). From
-// a live heap of 48 MiB GOGC's own goal is above it and it changes
-// nothing. Its price is RSS: the whole library with 5000 Nodes ended 2000
-// filter requests at 127 MiB instead of 110 with 64 MiB (the target is 150
-// MiB; bench/README.md, "Memory: the growth curve", has the current
-// figures, from bench/regenerate-results.sh footprint).
-const Default = 96 << 20
+// Gatekeeper library and 500 Nodes the live heap is about 20 MiB, so
+// GOGC alone would start a cycle once 15 MiB of garbage piled up; the
+// floor lets 60 MiB pile up, a quarter as many collections. At 5000 kubelet-sized Nodes the live heap is 34 to 46
+// MiB and DefaultPercent's own goal (60 to 80 MiB) is about the floor:
+// the goal stays near 80 MiB, which is what keeps RSS under 150 MiB with
+// the binary's 42 MiB of code and read-only data paged in (bench/README.md,
+// "churn"). A floor of 96 MiB collected a small heap a little less often
+// still, but put RSS at 155 to 167 MiB at 5000 Nodes.
+const Default = 80 << 20
+
+// DefaultPercent is the GOGC the service runs at when the GOGC environment
+// variable is unset (SetDefaultPercent).
+const DefaultPercent = 75
+
+// SetDefaultPercent sets the process's GOGC to DefaultPercent unless the
+// GOGC environment variable is set, and returns the percent in effect (-1:
+// the collector is off).
+func SetDefaultPercent() int {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(DefaultPercent)
+	}
+	return gcPercent()
+}
 
 // maxPercent bounds the percent set for a tiny live heap (a process that
 // has just started): the floor is then reached at this growth.

@@ -1,6 +1,7 @@
 package heapfloor
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -75,5 +76,25 @@ func TestNoFloor(t *testing.T) {
 	f.Stop()
 	if f.Percent() != -1 {
 		t.Error("a nil floor reports a percent")
+	}
+}
+
+// TestSetDefaultPercent: the default applies when the environment names
+// no GOGC, and an operator's GOGC is left as the runtime read it.
+func TestSetDefaultPercent(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+
+	t.Setenv("GOGC", "200") // restores the variable after the test
+	debug.SetGCPercent(123) // what the runtime would have read from it
+	if got := SetDefaultPercent(); got != 123 {
+		t.Errorf("GOGC set in the environment: percent %d, want the 123 in effect", got)
+	}
+
+	if err := os.Unsetenv("GOGC"); err != nil {
+		t.Fatal(err)
+	}
+	if got := SetDefaultPercent(); got != DefaultPercent {
+		t.Errorf("GOGC unset: percent %d, want %d", got, DefaultPercent)
 	}
 }
