@@ -152,6 +152,8 @@ scenario_churn() {
 	loadgen_service "${c[@]}" -node-files 0
 	loadgen_service "${c[@]}" -node-files 10 -extra testdata/inventory-readers
 	loadgen_service "${c[@]}" -node-files 10 -extra testdata/inventory-readers -churn 20 -churn-kind heartbeat
+	# The memo filled: half the pods one-off (a new class each) for a minute.
+	loadgen_service "${c[@]}" -node-files 10 -churn 20 -churn-kind heartbeat -nodes 5000 -one-off 0.5 -duration "$MEMO_DUR"
 }
 
 scenario_mix() {
@@ -276,11 +278,11 @@ main() {
 
 	# Durations and sizes; --quick only checks that the scenarios run.
 	if [ $quick = 1 ]; then
-		LG_DUR=1s LG_RUNS=1 CHURN_DUR=1s FP_NODES="1000" FP_REQS=100 GK_NODES="1000"
+		LG_DUR=1s LG_RUNS=1 CHURN_DUR=1s MEMO_DUR=2s FP_NODES="1000" FP_REQS=100 GK_NODES="1000"
 		E2E_NODES=200 E2E_PODS=300 E2E_FULL=20 E2E_ROUNDS=1 EX_ROUNDS=1 CFP_NODES=500 CFP_UPDATES=1
 		BENCH_COUNT=1 PEER_BENCHTIME=1x PERF_BENCHTIME=100x ONEOFF_N=10x LAT_N=3x DIFF_SHORT=-short
 	else
-		LG_DUR=10s LG_RUNS=3 CHURN_DUR=10s FP_NODES="1000 5000 10000" FP_REQS=2000 GK_NODES="1000 5000 10000"
+		LG_DUR=10s LG_RUNS=3 CHURN_DUR=10s MEMO_DUR=60s FP_NODES="1000 5000 10000" FP_REQS=2000 GK_NODES="1000 5000 10000"
 		E2E_NODES=1000 E2E_PODS=2000 E2E_FULL=200 E2E_ROUNDS=3 EX_ROUNDS=5 CFP_NODES=5000 CFP_UPDATES=3
 		BENCH_COUNT=3 PEER_BENCHTIME=3s PERF_BENCHTIME=1s ONEOFF_N=100x LAT_N=10x DIFF_SHORT=
 	fi

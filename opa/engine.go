@@ -29,6 +29,10 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
+// DefaultMemoBytes is Options.MemoBytes's default: why it is 16 MiB is
+// the memo's to say (memo.DefaultMaxBytes).
+const DefaultMemoBytes = memo.DefaultMaxBytes
+
 // Options configure an Engine. The zero value is usable.
 type Options struct {
 	// EnforcementPoint is this service's name in scopedEnforcementActions
@@ -41,7 +45,7 @@ type Options struct {
 	Logger *slog.Logger
 	// MemoEntries bounds the results the memo holds, for all constraints
 	// together (default 1<<18); MemoBytes bounds their estimated size
-	// (default 32 MiB, an estimate above what they take: see memo.Options).
+	// (default DefaultMemoBytes: about the heap a full memo takes).
 	MemoEntries int
 	MemoBytes   int64
 	// OPAConfig is an OPA configuration (YAML or JSON) for the embedded

@@ -32,8 +32,10 @@ import (
 // evaluation then meets the same error, as Gatekeeper would.
 
 // helperMemoOptions bound the helper memo: its answers are booleans
-// under short keys (an image), far smaller than the verdicts'.
-var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 8 << 20}
+// under short keys (an image), far smaller than the verdicts'. An answer's
+// estimate is about 450 bytes, so the half of 4 MiB that a working set
+// may fill holds the answers on about 4500 images.
+var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 4 << 20}
 
 // helperKey is the key value of a path ending in h's Helper in review:
 // the lookup of the path before it, each value found replaced by the
