@@ -43,7 +43,7 @@ type Args struct {
 	// (spec.sync.syncOnly) for more inventory kinds.
 	IgnoreGatekeeperConfig bool `json:"ignoreGatekeeperConfig,omitempty"`
 	// MemoMaxBytes and MemoMaxResults bound the engine's memo (0: the
-	// engine's defaults, 32 MiB).
+	// engine's defaults, 16 MiB).
 	MemoMaxBytes   int64 `json:"memoMaxBytes,omitempty"`
 	MemoMaxResults int   `json:"memoMaxResults,omitempty"`
 	// AllowNetworkBuiltins lets templates call http.send and net.lookup_*.
