@@ -13,11 +13,14 @@ import (
 )
 
 // TestHeapFloorWaitsForTheSources: the floor leaves GOGC alone while a
-// source is loading, takes it once every source is ready, and gives it
-// back when serving ends.
+// source is loading, takes it once every source is ready (after returning
+// the load's freed memory, once), and gives it back when serving ends.
 func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	base := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(base)
+	var released atomic.Int32
+	defer func(f func()) { releaseLoad = f }(releaseLoad)
+	releaseLoad = func() { released.Add(1) }
 	var ready atomic.Bool
 	checks := []server.ReadinessCheck{
 		func() (bool, string) { return true, "" },
@@ -29,6 +32,9 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		if p := gogc(); p != 100 {
 			t.Fatalf("GOGC %d while a source loads, want 100", p)
+		}
+		if n := released.Load(); n != 0 {
+			t.Fatalf("memory released %d times while a source loads, want 0", n)
 		}
 	}
 	ready.Store(true)
@@ -44,6 +50,9 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	if p := gogc(); p != 100 {
 		t.Errorf("GOGC %d after stop, want 100", p)
 	}
+	if n := released.Load(); n != 1 {
+		t.Errorf("memory released %d times once the sources were ready, want 1", n)
+	}
 
 	// Stopped before the sources are ready: nothing starts.
 	stop = startHeapFloorWhenReady(context.Background(), 1<<30, []server.ReadinessCheck{func() (bool, string) { return false, "never" }})
@@ -51,6 +60,9 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	runtime.GC()
 	if p := gogc(); p != 100 {
 		t.Errorf("GOGC %d after a floor stopped while waiting, want 100", p)
+	}
+	if n := released.Load(); n != 1 {
+		t.Errorf("memory released %d times in all, want the 1 of the first floor", n)
 	}
 }
 
