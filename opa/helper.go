@@ -32,9 +32,10 @@ import (
 // evaluation then meets the same error, as Gatekeeper would.
 
 // helperMemoOptions bound the helper memo: its answers are booleans
-// under short keys (an image), far smaller than the verdicts'. An answer's
-// estimate is about 450 bytes, so the half of 4 MiB that a working set
-// may fill holds the answers on about 4500 images.
+// under short keys (an image), far smaller than the verdicts'. By
+// memo.Size's accounting an answer on a 40-byte image is about 420 bytes
+// (the entry and its key, the result and what it read), so the half of 4
+// MiB that a working set may fill holds the answers on about 5000 images.
 var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 4 << 20}
 
 // helperKey is the key value of a path ending in h's Helper in review:

@@ -28,7 +28,8 @@ type NodeChurn struct {
 }
 
 // StartNodeChurn begins updating the named Nodes' status, rate updates a
-// second in all, round robin, up to maxInFlight at once; Stop ends it. A rate of 0 writes nothing.
+// second in all, round robin, up to maxInFlight at once; Stop ends it. A
+// rate of 0 writes nothing.
 func (c *Cluster) StartNodeChurn(rate float64, names []string) *NodeChurn {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := &NodeChurn{c: c, rate: rate, names: names, cancel: cancel}

@@ -39,14 +39,14 @@ type Options struct {
 }
 
 // DefaultMaxBytes is the default MaxBytes. A full memo is about that much
-// live heap, and the process's RSS grows by about twice that, so it is
-// sized for what a memo must hold: a ReplicaSet's pod class on the
-// realistic policy set (bench/README.md) with 5000 Nodes takes 47 KB of
-// estimate, so the half that a working set may fill without thrashing
-// holds about 170 pod classes; the rest is the one-off pods' classes
-// (new Jobs, new images), which age out. At 32 MiB a stream of one-off
-// pods took the service's live heap from 34 to 63 MiB and RSS to 164 MiB
-// at 5000 kubelet-sized Nodes.
+// live heap, which the process's RSS carries too, so it is sized for what a
+// memo must hold: a ReplicaSet's pod class on the realistic policy set
+// (bench/README.md) with 5000 Nodes takes 47 KB of estimate, so the half
+// that a working set may fill without thrashing holds about 170 pod
+// classes; the rest is the one-off pods' classes (new Jobs, new images),
+// which age out. At 32 MiB a stream of one-off pods took the service's live
+// heap from 34 to 63 MiB and RSS to 164 MiB at 5000 kubelet-sized Nodes; at
+// 16 MiB, to 50 MiB and 155 MiB.
 const DefaultMaxBytes = 16 << 20
 
 // Memo remembers results; R is the engine's result type. Safe for
