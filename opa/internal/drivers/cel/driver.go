@@ -13,7 +13,8 @@
 // reads counts only when its range has an element, and a filter that tests
 // fields keeps only the elements that have them (members.go). A use of a
 // list of the values a test kept (the library's exemptImages) is keyed on
-// the test's answer, which helper.go evaluates alone (membership.go), and
+// the test's answer, which helper.go evaluates alone (membership.go), with
+// the variables it reads computed once per Constraint (fasthelper.go), and
 // a value a lookup's key is built from is printed, as a message's values
 // are (lookupkey.go). CEL code cannot see data.inventory. Like drivers/rego, it knows nothing of the memo or a
 // request.
@@ -47,6 +48,8 @@ var CompatibilityVersion = version.MajorMinor(1, 35)
 type Driver struct {
 	envs  *environment.EnvSet
 	cache reviewCache
+	// plain compiles the memberships' fast tests (fasthelper.go).
+	plain plainPrograms
 }
 
 // New is a CEL driver.
@@ -59,8 +62,12 @@ func New() *Driver {
 // DELETE; params is the Constraint's spec.parameters.
 var gatekeeperVariables = []plugincel.NamedExpressionAccessor{
 	&variable{name: "anyObject", expression: `has(request.operation) && request.operation == "DELETE" && object == null ? oldObject : object`},
-	&variable{name: "params", expression: "!has(params.spec) ? null : !has(params.spec.parameters) ? null: params.spec.parameters"},
+	&variable{name: "params", expression: gatekeeperParamsExpression},
 }
+
+// gatekeeperParamsExpression is variables.params: the Constraint's
+// spec.parameters.
+const gatekeeperParamsExpression = "!has(params.spec) ? null : !has(params.spec.parameters) ? null: params.spec.parameters"
 
 // Compile compiles a template's CEL code. An expression that does not
 // compile is not an error: every review of the template is then denied
@@ -78,7 +85,11 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 		vars = append(vars, &variable{name: v.Name, expression: v.Expression})
 	}
 	// Variables may read params (the Constraint); conditions may not.
-	compiler.CompileAndStoreVariables(vars, plugincel.OptionalVariableDeclarations{HasParams: true}, environment.StoredExpressions)
+	varErrs := map[string]bool{}
+	for _, v := range vars {
+		res := compiler.CompileAndStoreVariable(v, plugincel.OptionalVariableDeclarations{HasParams: true}, environment.StoredExpressions)
+		varErrs[v.GetName()] = res.Error != nil
+	}
 	decls := plugincel.OptionalVariableDeclarations{}
 	policy := admissionregistrationv1.FailurePolicyType(t.FailurePolicy)
 
@@ -111,7 +122,7 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 	// environment for every combination of the API server's optional
 	// variables (5 to 6 MiB over the library's 16 dual templates), is not
 	// kept once the template is.
-	p.helpers = compileHelpers(p, compiler)
+	p.helpers = compileHelpers(p, compiler, varErrs)
 	return p, nil
 }
 

@@ -49,6 +49,9 @@ var errNotString = errors.New("not a string of at most 4 KiB: keyed whole")
 type memberHelper struct {
 	program *Program
 	test    plugincel.ConditionEvaluator
+	// fast answers with the test's variables kept per Constraint
+	// (fasthelper.go); nil: test answers every value.
+	fast *fastTest
 }
 
 // Helper prepares (once per template and membership) the helper of a key
@@ -78,16 +81,21 @@ func (p *Program) Helper(call analysis.HelperCall) (drivers.Helper, analysis.Hel
 }
 
 // compileHelpers compiles the test of each of p's memberships with the
-// template's compiler (its variables), once, when the template is.
-func compileHelpers(p *Program, compiler *plugincel.CompositedCompiler) map[string]*memberHelper {
+// template's compiler (its variables), once, when the template is, and its
+// fast test where the template's compiler accepts the test and the
+// variables it reads (varErrs: those it refused).
+func compileHelpers(p *Program, compiler *plugincel.CompositedCompiler, varErrs map[string]bool) map[string]*memberHelper {
 	if len(p.members) == 0 {
 		return nil
+	}
+	typeChecks := func(expr string) bool {
+		return compiler.CompileCELExpression(&validation{expression: expr}, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions).Error == nil
 	}
 	helpers := make(map[string]*memberHelper, len(p.members))
 	for name, m := range p.members {
 		test := compiler.CompileCondition([]plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}},
 			plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions)
-		helpers[name] = &memberHelper{program: p, test: test}
+		helpers[name] = &memberHelper{program: p, test: test, fast: p.driver.fastTestOf(m, typeChecks, varErrs)}
 	}
 	return helpers
 }
@@ -120,6 +128,17 @@ func (h *memberHelper) Holds(ctx context.Context, in drivers.HelperInput) (bool,
 	if !ok || len(s) > maxHelperString {
 		return false, errNotString
 	}
+	if h.fast != nil && in.Constraint != nil {
+		if holds, ok := h.fast.holds(ctx, in.Constraint, string(s)); ok {
+			return holds, nil
+		}
+	}
+	return h.composited(ctx, in, s)
+}
+
+// composited is the test's answer on s evaluated as the API server
+// evaluates a condition: the reference the fast test defers to.
+func (h *memberHelper) composited(ctx context.Context, in drivers.HelperInput, s ast.String) (bool, error) {
 	object := &unstructured.Unstructured{Object: map[string]any{"arg": string(s)}}
 	attrs := admission.NewAttributesRecord(object, nil, schema.GroupVersionKind{}, "", "", schema.GroupVersionResource{}, "", admission.Create, nil, false, nil)
 	va := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: admission.NewLazyObject(object)}

@@ -1,0 +1,188 @@
+package cel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
+)
+
+// libraryDir is Gatekeeper's policy library, beside the repository.
+const libraryDir = "../../../../../shared/gatekeeper-library/library"
+
+// TestFastTestMatchesComposition checks every membership helper of the
+// library's CEL templates: the fast test's answer (variables kept per
+// Constraint, fasthelper.go) equals the composited test's on every value,
+// for the templates' sample Constraints and for parameters written to
+// reach each branch of the exemption tests (prefixes, explicit names, a
+// bare "*", none, an empty list, values of the wrong type); where the
+// fast test declines, the composition answers. It fails if the fast test
+// answers none of them, so that it proves the fast path is taken.
+func TestFastTestMatchesComposition(t *testing.T) {
+	tmpls, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "template.yaml"))
+	if len(tmpls) == 0 {
+		t.Skipf("Gatekeeper library not found at %s", libraryDir)
+	}
+	synthetic := []map[string]any{
+		nil,
+		{},
+		{"exemptImages": []any{}},
+		{"exemptImages": []any{"registry.example/*", "docker.io/library/nginx:1.27", "*"}},
+		{"exemptImages": []any{"registry.example/app:1", "gcr.io/*"}},
+		{"exemptImages": "registry.example/*"},
+		{"exemptImages": []any{int64(3)}},
+	}
+	args := []string{"", "*", "registry.example/app:1", "registry.example/other:2", "gcr.io/x/y:1",
+		"docker.io/library/nginx:1.27", "docker.io/library/nginx:1.28", "unicodé/image:1", "registry.example"}
+	d := New()
+	ctx := context.Background()
+	var fastAnswers, declined, helpers int
+	for _, tf := range tmpls {
+		tmpl := parseLibraryTemplate(t, tf)
+		if tmpl == nil {
+			continue
+		}
+		p, err := d.Compile(tmpl)
+		if err != nil {
+			t.Fatalf("%s: %v", tf, err)
+		}
+		params := append(sampleParameters(t, filepath.Dir(tf)), synthetic...)
+		for _, name := range sortedKeys(p.helpers) {
+			h := p.helpers[name]
+			helpers++
+			if h.fast == nil {
+				t.Logf("%s %s: no fast test", tmpl.Name, name)
+				continue
+			}
+			for _, ps := range params {
+				c := &unstructured.Unstructured{Object: map[string]any{"kind": tmpl.Kind, "spec": map[string]any{}}}
+				if ps != nil {
+					c.Object["spec"].(map[string]any)["parameters"] = ps
+				}
+				for _, arg := range args {
+					in := drivers.HelperInput{Constraint: c, Argument: ast.String(arg)}
+					want, wantErr := h.composited(ctx, in, ast.String(arg))
+					got, ok := h.fast.holds(ctx, c, arg)
+					switch {
+					case !ok:
+						if wantErr == nil {
+							declined++ // the composition answers
+						}
+						continue
+					case wantErr != nil:
+						t.Errorf("%s %s params %v on %q: fast %v, composited error %v", tmpl.Name, name, ps, arg, got, wantErr)
+					case got != want:
+						t.Errorf("%s %s params %v on %q: fast %v, composited %v", tmpl.Name, name, ps, arg, got, want)
+					}
+					fastAnswers++
+				}
+			}
+		}
+	}
+	if helpers == 0 || fastAnswers == 0 {
+		t.Fatalf("%d helpers, %d fast answers: the fast test was never taken", helpers, fastAnswers)
+	}
+	t.Logf("%d helpers, %d fast answers compared, %d values declined that the composition answered", helpers, fastAnswers, declined)
+}
+
+// parseLibraryTemplate is the template at path with its CEL code, or nil
+// if it has none.
+func parseLibraryTemplate(t testing.TB, path string) *gatekeeper.Template {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(raw, &obj); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	tmpl, err := gatekeeper.ParseTemplate(&unstructured.Unstructured{Object: obj}, gatekeeper.ParseOptions{})
+	if err != nil || tmpl.Engine != Engine {
+		return nil
+	}
+	return tmpl
+}
+
+// sampleParameters are the spec.parameters of a template's sample
+// Constraints.
+func sampleParameters(t *testing.T, dir string) []map[string]any {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "samples", "*", "constraint.yaml"))
+	var out []map[string]any
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(raw, &obj); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if ps, ok, _ := unstructured.NestedMap(obj, "spec", "parameters"); ok {
+			out = append(out, ps)
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// BenchmarkMembershipHelper is one helper answer of the library's
+// privileged-containers template on a new image, with a Constraint that
+// exempts images by prefix and by name: through the fast test, and
+// through the composition alone.
+func BenchmarkMembershipHelper(b *testing.B) {
+	path := filepath.Join(libraryDir, "pod-security-policy", "privileged-containers", "template.yaml")
+	if _, err := os.Stat(path); err != nil {
+		b.Skipf("Gatekeeper library not found: %v", err)
+	}
+	tmpl := parseLibraryTemplate(b, path)
+	if tmpl == nil {
+		b.Fatalf("%s has no CEL code", path)
+	}
+	p, err := New().Compile(tmpl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var h *memberHelper
+	for _, name := range sortedKeys(p.helpers) {
+		h = p.helpers[name]
+		break
+	}
+	if h == nil || h.fast == nil {
+		b.Fatal("the template has no helper with a fast test")
+	}
+	c := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"parameters": map[string]any{
+		"exemptImages": []any{"safe.example/*", "docker.io/library/nginx:1.27"}}}}}
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		fast *fastTest
+	}{{"fast", h.fast}, {"composited", nil}} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := &memberHelper{program: h.program, test: h.test, fast: bc.fast}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := h.Holds(ctx, drivers.HelperInput{Constraint: c, Argument: ast.String("registry.example/app:1")}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
