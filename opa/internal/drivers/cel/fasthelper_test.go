@@ -2,9 +2,11 @@ package cel
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -185,4 +187,76 @@ func BenchmarkMembershipHelper(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestFastTestConcurrent asks one helper about many values for several
+// Constraints from many goroutines at once (run with -race): the
+// variables kept per Constraint are computed under the test's lock and
+// read-only after, and the answers are those of the composition.
+func TestFastTestConcurrent(t *testing.T) {
+	path := filepath.Join(libraryDir, "pod-security-policy", "capabilities", "template.yaml")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("Gatekeeper library not found: %v", err)
+	}
+	tmpl := parseLibraryTemplate(t, path)
+	if tmpl == nil {
+		t.Fatalf("%s has no CEL code", path)
+	}
+	p, err := New().Compile(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *memberHelper
+	for _, name := range sortedKeys(p.helpers) {
+		h = p.helpers[name]
+		break
+	}
+	if h == nil || h.fast == nil {
+		t.Fatal("the template has no helper with a fast test")
+	}
+	constraints := make([]*unstructured.Unstructured, 4)
+	for i := range constraints {
+		constraints[i] = &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"parameters": map[string]any{
+			"exemptImages": []any{fmt.Sprintf("team-%d.example/*", i), fmt.Sprintf("tool:%d", i)}}}}}
+	}
+	ctx := context.Background()
+	want := map[[2]int]bool{}
+	for c := range constraints {
+		for v := range 8 {
+			in := drivers.HelperInput{Constraint: constraints[c], Argument: ast.String(concurrentValue(v))}
+			holds, err := h.composited(ctx, in, ast.String(concurrentValue(v)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[[2]int{c, v}] = holds
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 400 {
+				c, v := (g+i)%len(constraints), i%8
+				holds, ok := h.fast.holds(ctx, constraints[c], concurrentValue(v))
+				if !ok || holds != want[[2]int{c, v}] {
+					errs <- fmt.Errorf("constraint %d, %q: fast %v (answered %v), composited %v", c, concurrentValue(v), holds, ok, want[[2]int{c, v}])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// concurrentValue is the v-th image TestFastTestConcurrent asks about:
+// exempt by prefix or by name for some Constraints, not for others.
+func concurrentValue(v int) string {
+	if v%2 == 0 {
+		return fmt.Sprintf("team-%d.example/app:1", v/2)
+	}
+	return fmt.Sprintf("tool:%d", v/2)
 }
