@@ -42,7 +42,7 @@ type fastTest struct {
 	names []string
 	vars  []celgo.Program
 
-	mu sync.Mutex
+	mu sync.RWMutex
 	// byConstraint holds the variables' values per Constraint object (a
 	// bound constraint's object is made once and never changed), at most
 	// maxKeptConstraints of them.
@@ -184,11 +184,23 @@ func (f *fastTest) holds(ctx context.Context, c *unstructured.Unstructured, arg 
 // composition does, so that a variable that reads another finds its
 // value, then every one of them.
 func (f *fastTest) variablesOf(c *unstructured.Unstructured) *keptVariables {
+	f.mu.RLock()
+	kept, ok := f.byConstraint[c]
+	f.mu.RUnlock()
+	if ok {
+		return kept
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if kept, ok := f.byConstraint[c]; ok {
 		return kept
 	}
+	return f.keepVariables(c)
+}
+
+// keepVariables computes and keeps c's values of the test's variables;
+// f.mu is held.
+func (f *fastTest) keepVariables(c *unstructured.Unstructured) *keptVariables {
 	kept := &keptVariables{}
 	vars := lazy.NewMapValue(celtypes.NewObjectType("variables"))
 	activation := map[string]any{"params": c.Object, "variables": vars}
