@@ -171,3 +171,52 @@ func TestFindCopiesTheKey(t *testing.T) {
 		t.Fatal("another owner found the first entry")
 	}
 }
+
+// TestFindEqualKeys: a key finds its entry whether its terms are the
+// entry's own (interned) or equal copies, and a key that differs in one
+// element of an array does not.
+func TestFindEqualKeys(t *testing.T) {
+	m := New[int](Options{})
+	interned := replicaKey()
+	e := m.Find(1, interned)
+	if m.Find(1, interned) != e {
+		t.Error("the entry's own terms do not find it")
+	}
+	if m.Find(1, replicaKey()) != e {
+		t.Error("equal copies of the terms do not find the entry")
+	}
+	other := replicaKey()
+	other[1] = ast.ArrayTerm(ast.StringTerm("registry.example/app:1"), ast.StringTerm("registry.example/sidecar:3"))
+	if m.Find(1, other) == e {
+		t.Error("a key whose array differs found the entry")
+	}
+}
+
+// replicaKey is a key as a replica's constraint makes it: a few values
+// and arrays read element by element.
+func replicaKey() []*ast.Term {
+	var arrays []*ast.Term
+	for i := range 8 {
+		arrays = append(arrays, ast.ArrayTerm(ast.StringTerm("registry.example/app:1"), ast.StringTerm(fmt.Sprint("registry.example/sidecar:", i)),
+			ast.ObjectTerm(ast.Item(ast.StringTerm("privileged"), ast.BooleanTerm(false)))))
+	}
+	return append([]*ast.Term{ast.StringTerm("default"), ast.StringTerm("web")}, arrays...)
+}
+
+// BenchmarkFindHit finds an entry with a key of interned arrays (the
+// entry's own terms, as a replica's key holds) and with equal copies.
+func BenchmarkFindHit(b *testing.B) {
+	m := New[int](Options{})
+	interned := replicaKey()
+	m.Find(1, interned)
+	for _, bc := range []struct {
+		name string
+		key  []*ast.Term
+	}{{"interned", interned}, {"copies", replicaKey()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				m.Find(1, bc.key)
+			}
+		})
+	}
+}
