@@ -99,6 +99,16 @@ func TestFastTestMatchesComposition(t *testing.T) {
 // if it has none.
 func parseLibraryTemplate(t testing.TB, path string) *gatekeeper.Template {
 	t.Helper()
+	tmpl, err := gatekeeper.ParseTemplate(&unstructured.Unstructured{Object: readYAML(t, path)}, gatekeeper.ParseOptions{})
+	if err != nil || tmpl.Engine != Engine {
+		return nil
+	}
+	return tmpl
+}
+
+// readYAML is the object in the YAML file at path.
+func readYAML(t testing.TB, path string) map[string]any {
+	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +117,7 @@ func parseLibraryTemplate(t testing.TB, path string) *gatekeeper.Template {
 	if err := yaml.Unmarshal(raw, &obj); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	tmpl, err := gatekeeper.ParseTemplate(&unstructured.Unstructured{Object: obj}, gatekeeper.ParseOptions{})
-	if err != nil || tmpl.Engine != Engine {
-		return nil
-	}
-	return tmpl
+	return obj
 }
 
 // sampleParameters are the spec.parameters of a template's sample
@@ -121,15 +127,7 @@ func sampleParameters(t *testing.T, dir string) []map[string]any {
 	files, _ := filepath.Glob(filepath.Join(dir, "samples", "*", "constraint.yaml"))
 	var out []map[string]any
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(raw, &obj); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if ps, ok, _ := unstructured.NestedMap(obj, "spec", "parameters"); ok {
+		if ps, ok, _ := unstructured.NestedMap(readYAML(t, f), "spec", "parameters"); ok {
 			out = append(out, ps)
 		}
 	}
@@ -150,26 +148,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // exempts images by prefix and by name: through the fast test, and
 // through the composition alone.
 func BenchmarkMembershipHelper(b *testing.B) {
-	path := filepath.Join(libraryDir, "pod-security-policy", "privileged-containers", "template.yaml")
-	if _, err := os.Stat(path); err != nil {
-		b.Skipf("Gatekeeper library not found: %v", err)
-	}
-	tmpl := parseLibraryTemplate(b, path)
-	if tmpl == nil {
-		b.Fatalf("%s has no CEL code", path)
-	}
-	p, err := New().Compile(tmpl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var h *memberHelper
-	for _, name := range sortedKeys(p.helpers) {
-		h = p.helpers[name]
-		break
-	}
-	if h == nil || h.fast == nil {
-		b.Fatal("the template has no helper with a fast test")
-	}
+	h := libraryHelper(b, "privileged-containers")
 	c := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"parameters": map[string]any{
 		"exemptImages": []any{"safe.example/*", "docker.io/library/nginx:1.27"}}}}}
 	ctx := context.Background()
@@ -194,26 +173,7 @@ func BenchmarkMembershipHelper(b *testing.B) {
 // variables kept per Constraint are computed under the test's lock and
 // read-only after, and the answers are those of the composition.
 func TestFastTestConcurrent(t *testing.T) {
-	path := filepath.Join(libraryDir, "pod-security-policy", "capabilities", "template.yaml")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("Gatekeeper library not found: %v", err)
-	}
-	tmpl := parseLibraryTemplate(t, path)
-	if tmpl == nil {
-		t.Fatalf("%s has no CEL code", path)
-	}
-	p, err := New().Compile(tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h *memberHelper
-	for _, name := range sortedKeys(p.helpers) {
-		h = p.helpers[name]
-		break
-	}
-	if h == nil || h.fast == nil {
-		t.Fatal("the template has no helper with a fast test")
-	}
+	h := libraryHelper(t, "capabilities")
 	constraints := make([]*unstructured.Unstructured, 4)
 	for i := range constraints {
 		constraints[i] = &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"parameters": map[string]any{
@@ -259,4 +219,27 @@ func concurrentValue(v int) string {
 		return fmt.Sprintf("team-%d.example/app:1", v/2)
 	}
 	return fmt.Sprintf("tool:%d", v/2)
+}
+
+// libraryHelper is the first membership helper (with a fast test) of the
+// library's pod-security-policy template in folder name.
+func libraryHelper(t testing.TB, name string) *memberHelper {
+	t.Helper()
+	path := filepath.Join(libraryDir, "pod-security-policy", name, "template.yaml")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("Gatekeeper library not found: %v", err)
+	}
+	tmpl := parseLibraryTemplate(t, path)
+	if tmpl == nil {
+		t.Fatalf("%s has no CEL code", path)
+	}
+	p, err := New().Compile(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := sortedKeys(p.helpers)
+	if len(keys) == 0 || p.helpers[keys[0]].fast == nil {
+		t.Fatalf("%s has no helper with a fast test", path)
+	}
+	return p.helpers[keys[0]]
 }
