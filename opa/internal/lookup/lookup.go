@@ -29,6 +29,9 @@ type InputPlan struct {
 	cond    bool
 	condAny bool
 	members []memberPlan
+	// condID numbers the When among those of every plan (condIDs), its
+	// place in Lists: the reads below one comprehension share its When.
+	condID int
 	// notReview: the path (after When) is not below review.
 	notReview bool
 	body      *lookupPlan
@@ -53,6 +56,7 @@ func CompileInput(path []*ast.Term) *InputPlan {
 			}
 			p.members = append(p.members, memberPlan{list: compilePlan(m.List[1:]), filter: compileFilter(m.Filter)})
 		}
+		p.condID = condIDs.of(path[:len(path)-len(rest)])
 		path = rest
 	}
 	if len(path) == 0 || !path[0].Equal(ReviewKey) {
@@ -73,7 +77,7 @@ func (p *InputPlan) Then(review *ast.Term, leaf func(ast.Value) *ast.Term) *ast.
 // ThenWith is Then with lists, when not nil, holding the review's lists
 // (Lists): review must be the same for every call with the same lists.
 func (p *InputPlan) ThenWith(review *ast.Term, leaf func(ast.Value) *ast.Term, lists *Lists) *ast.Term {
-	if p.cond && !p.condAny && !p.holds(review, lists) {
+	if p.cond && !p.condAny && !p.holdsWith(review, lists) {
 		return notReadKey
 	}
 	if p.notReview {
@@ -81,6 +85,33 @@ func (p *InputPlan) ThenWith(review *ast.Term, leaf func(ast.Value) *ast.Term, l
 	}
 	return p.body.lookupRoot(review.Value, leaf, lists)
 }
+
+// holdsWith is holds, its answer kept in lists (when not nil) for the
+// other plans of the review with the same When.
+func (p *InputPlan) holdsWith(review *ast.Term, lists *Lists) bool {
+	if lists == nil {
+		return p.holds(review, nil)
+	}
+	if n := len(lists.conds); p.condID >= n {
+		lists.conds = slices.Grow(lists.conds, p.condID+1-n)[:p.condID+1]
+		clear(lists.conds[n:])
+	}
+	c := &lists.conds[p.condID]
+	if *c == condUnknown {
+		*c = condFails
+		if p.holds(review, lists) {
+			*c = condHolds
+		}
+	}
+	return *c == condHolds
+}
+
+// A When's answer in Lists.
+const (
+	condUnknown int8 = iota
+	condHolds
+	condFails
+)
 
 // holds reports whether some member of the When holds.
 func (p *InputPlan) holds(review *ast.Term, lists *Lists) bool {
@@ -508,11 +539,20 @@ func lookupKeys(t *ast.Term) *ast.Term {
 // Lists holds one review's values at the paths that paths through Each,
 // Keys and Shape begin with: a library's constraints read a hundred paths
 // below spec.containers, and each would look the list up from the root.
-// One request's, reset between reviews; not safe for concurrent use.
-type Lists struct{ vals Slots }
+// It holds the answers of the Whens too: a CEL comprehension's body reads
+// a dozen paths, each under the When of its range. One request's, reset
+// between reviews; not safe for concurrent use.
+type Lists struct {
+	vals Slots
+	// conds are the Whens' answers, by condID.
+	conds []int8
+}
 
 // Reset forgets the values, keeping the room.
-func (l *Lists) Reset() { l.vals.Reset() }
+func (l *Lists) Reset() {
+	l.vals.Reset()
+	l.conds = l.conds[:0]
+}
 
 // Slots are terms by number (a path's, say), for one request: At grows
 // them on demand, Reset forgets them and keeps the room.
@@ -537,6 +577,10 @@ func (s *Slots) Reset() {
 // request's Lists is a slice. It grows with the distinct paths of the
 // policies ever compiled, never with requests.
 var listIDs = pathIDs{ids: map[string]int{}}
+
+// condIDs numbers the Whens plans were compiled with, as listIDs the
+// lists.
+var condIDs = pathIDs{ids: map[string]int{}}
 
 type pathIDs struct {
 	mu  sync.Mutex

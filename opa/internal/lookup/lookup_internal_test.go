@@ -1,6 +1,7 @@
 package lookup
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,18 +109,42 @@ func TestLookupPlans(t *testing.T) {
 }
 
 // TestListsReset: a Lists reset for another review gives that review's
-// values, not the last one's.
+// values and Whens' answers, not the last one's; two plans under one When
+// share its answer within a review.
 func TestListsReset(t *testing.T) {
-	plan := CompileInput([]*ast.Term{ReviewKey, ast.StringTerm("containers"), analysis.Each, ast.StringTerm("image")})
+	s := ast.StringTerm
+	containers := []*ast.Term{ReviewKey, s("containers")}
+	plan := CompileInput(append(slices.Clone(containers), analysis.Each, s("image")))
+	privileged := analysis.When(containers, [][]*ast.Term{{s("privileged")}})
+	image := CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("image"))...))
+	name := CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("name"))...))
+	if image.condID != name.condID {
+		t.Fatalf("one When numbered %d and %d", image.condID, name.condID)
+	}
 	lists := &Lists{}
-	for _, tc := range []struct{ review, want string }{
-		{`{"containers": [{"image": "a"}]}`, `["a"]`},
-		{`{"containers": [{"image": "b"}, {"image": "c"}]}`, `["b", "c"]`},
-		{`{}`, `set()`},
+	for _, tc := range []struct{ review, want, wantImage, wantName string }{
+		{`{"containers": [{"image": "a", "name": "x"}]}`, `["a"]`, `$notread`, `$notread`},
+		{`{"containers": [{"image": "b", "name": "y", "privileged": true}, {"image": "c"}]}`, `["b", "c"]`, `["b", "c"]`, `["y", set()]`},
+		{`{}`, `set()`, `$notread`, `$notread`},
 	} {
 		lists.Reset()
-		if got := plan.ThenWith(ast.MustParseTerm(tc.review), nil, lists); got.String() != tc.want {
-			t.Errorf("%s: %v, want %s", tc.review, got, tc.want)
+		review := ast.MustParseTerm(tc.review)
+		for _, c := range []struct {
+			plan *InputPlan
+			want string
+		}{{plan, tc.want}, {image, tc.wantImage}, {name, tc.wantName}} {
+			same := func(got *ast.Term) bool {
+				if c.want == "$notread" {
+					return got == notReadKey
+				}
+				return got.String() == c.want
+			}
+			if got := c.plan.ThenWith(review, nil, lists); !same(got) {
+				t.Errorf("%s: %v, want %s", tc.review, got, c.want)
+			}
+			if got := c.plan.Then(review, nil); !same(got) {
+				t.Errorf("%s without lists: %v, want %s", tc.review, got, c.want)
+			}
 		}
 	}
 }
