@@ -92,11 +92,7 @@ func (p *InputPlan) holdsWith(review *ast.Term, lists *Lists) bool {
 	if lists == nil {
 		return p.holds(review, nil)
 	}
-	if n := len(lists.conds); p.condID >= n {
-		lists.conds = slices.Grow(lists.conds, p.condID+1-n)[:p.condID+1]
-		clear(lists.conds[n:])
-	}
-	c := &lists.conds[p.condID]
+	c := slotAt(&lists.conds, p.condID)
 	if *c == condUnknown {
 		*c = condFails
 		if p.holds(review, lists) {
@@ -559,7 +555,10 @@ func (l *Lists) Reset() {
 type Slots []*ast.Term
 
 // At is the place of term id (nil until set).
-func (s *Slots) At(id int) **ast.Term {
+func (s *Slots) At(id int) **ast.Term { return slotAt((*[]*ast.Term)(s), id) }
+
+// slotAt is the place of id in *s, grown with zero values to hold it.
+func slotAt[T any](s *[]T, id int) *T {
 	if n := len(*s); id >= n {
 		*s = slices.Grow(*s, id+1-n)[:id+1]
 		clear((*s)[n:])

@@ -2,7 +2,6 @@ package cel
 
 import (
 	"context"
-	"math"
 	"sort"
 	"sync"
 
@@ -170,7 +169,9 @@ func (f *fastTest) holds(ctx context.Context, c *unstructured.Unstructured, arg 
 	if err != nil || details == nil || details.ActualCost() == nil {
 		return false, false
 	}
-	if cost := *details.ActualCost(); cost > math.MaxInt64-kept.cost || cost+kept.cost > celconfig.PerCallLimit {
+	// Each program's own limit is the per-call one, so the sum cannot
+	// overflow.
+	if *details.ActualCost()+kept.cost > celconfig.PerCallLimit {
 		return false, false
 	}
 	b, isBool := out.(celtypes.Bool)
@@ -211,7 +212,7 @@ func (f *fastTest) keepVariables(c *unstructured.Unstructured) *keptVariables {
 			// deadline must not be kept as the variable's error.
 			v, details, err := prog.ContextEval(context.Background(), activation)
 			if details != nil && details.ActualCost() != nil {
-				kept.cost += min(*details.ActualCost(), math.MaxInt64/2)
+				kept.cost += *details.ActualCost()
 			}
 			if err != nil {
 				return celtypes.WrapErr(err)
