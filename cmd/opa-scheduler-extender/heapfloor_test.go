@@ -26,7 +26,7 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 		func() (bool, string) { return true, "" },
 		func() (bool, string) { return ready.Load(), "the test's source" },
 	}
-	stop := startHeapFloorWhenReady(context.Background(), 1<<30, checks)
+	stop := startHeapFloorWhenReady(context.Background(), 1<<30, 0, checks)
 	for range 5 {
 		runtime.GC()
 		time.Sleep(100 * time.Millisecond)
@@ -55,7 +55,7 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	}
 
 	// Stopped before the sources are ready: nothing starts.
-	stop = startHeapFloorWhenReady(context.Background(), 1<<30, []server.ReadinessCheck{func() (bool, string) { return false, "never" }})
+	stop = startHeapFloorWhenReady(context.Background(), 1<<30, 0, []server.ReadinessCheck{func() (bool, string) { return false, "never" }})
 	stop()
 	runtime.GC()
 	if p := gogc(); p != 100 {

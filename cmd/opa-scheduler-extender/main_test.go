@@ -32,6 +32,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "help of serve", args: []string{"serve", "--help"}, code: 0, stderr: []string{"--policy-dir string"}},
 		{name: "nothing to enforce", args: []string{"serve", "--no-cluster"}, code: 1, stderr: []string{"nothing to enforce"}},
 		{name: "negative heap floor", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--gc-heap-floor-bytes", "-1"}, code: 1, stderr: []string{"--gc-heap-floor-bytes -1: want 0 or more"}},
+		{name: "negative heap growth", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--gc-heap-max-growth-bytes", "-1"}, code: 1, stderr: []string{"--gc-heap-max-growth-bytes -1: want 0 or more"}},
 		{name: "unknown failure policy", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--default-k8s-native-validation-failure-policy", "Sometimes"}, code: 1, stderr: []string{`Sometimes`, `want Fail or Ignore`}},
 		{name: "unknown failure policy in verify", args: []string{"verify", "--default-k8s-native-validation-failure-policy", "Sometimes", "x"}, code: 2, stderr: []string{"want Fail or Ignore"}},
 		{name: "negative parallelism", args: []string{"serve", "--no-cluster", "--policy-dir", "x", "--eval-parallelism", "-2"}, code: 1, stderr: []string{"--eval-parallelism -2: want 0 or more"}},

@@ -60,6 +60,7 @@ type serveFlags struct {
 	memoResults                   int
 	memoBytes                     int64
 	gcHeapFloor                   int64
+	gcHeapMaxGrowth               int64
 	evalParallelism               int
 }
 
@@ -94,6 +95,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", opa.DefaultMemoBytes, "estimated size of the verdicts the engine remembers; a full memo takes about that much heap")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS minus one, at least one; 1: one after the other, on the request's own)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOGC is 75 unless the environment sets it; GOMEMLIMIT still bounds the heap")
+	fs.Int64Var(&f.gcHeapMaxGrowth, "gc-heap-max-growth-bytes", heapfloor.DefaultMaxGrowth, "let the heap grow at most this many bytes past the live heap before the garbage collector runs, when GOGC would let it grow more (a large live heap), but never to less than --gc-heap-floor-bytes; 0: GOGC alone")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
@@ -212,7 +214,7 @@ func fileExists(path string) bool {
 // the load's peak: the folder does so after each bulk read itself
 // (opa/source/dir.go), but nothing else did after the informers' first
 // list. It returns the function that stops the floor (or its wait).
-func startHeapFloorWhenReady(ctx context.Context, floor int64, checks []server.ReadinessCheck) (stop func()) {
+func startHeapFloorWhenReady(ctx context.Context, floor, maxGrowth int64, checks []server.ReadinessCheck) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan *heapfloor.Floor, 1)
 	go func() {
@@ -227,7 +229,7 @@ func startHeapFloorWhenReady(ctx context.Context, floor int64, checks []server.R
 			}
 		}
 		releaseLoad()
-		done <- heapfloor.Start(floor)
+		done <- heapfloor.Start(floor, maxGrowth)
 	}()
 	return func() {
 		cancel()
@@ -251,6 +253,9 @@ func allReady(checks []server.ReadinessCheck) bool {
 func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if f.gcHeapFloor < 0 {
 		return fmt.Errorf("--gc-heap-floor-bytes %d: want 0 or more", f.gcHeapFloor)
+	}
+	if f.gcHeapMaxGrowth < 0 {
+		return fmt.Errorf("--gc-heap-max-growth-bytes %d: want 0 or more", f.gcHeapMaxGrowth)
 	}
 	if f.evalParallelism < 0 {
 		return fmt.Errorf("--eval-parallelism %d: want 0 or more", f.evalParallelism)
@@ -336,13 +341,13 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		log.Info("syncing from the cluster", "host", cfg.Host)
 	}
 	sopts.DebugSources = debugSources
-	defer startHeapFloorWhenReady(ctx, f.gcHeapFloor, sopts.ReadinessChecks)()
+	defer startHeapFloorWhenReady(ctx, f.gcHeapFloor, f.gcHeapMaxGrowth, sopts.ReadinessChecks)()
 	srv, err := server.New(sopts)
 	if err != nil {
 		return err
 	}
 	log.Info("serving", "version", sopts.Build.Version, "revision", sopts.Build.Revision, "listen", f.listen, "tls", f.tlsCert != "", "clientCA", f.clientCA != "", "policyDir", f.policyDir, "enforcementPoint", f.enforcementPoint,
-		"gogc", gogc, "gcHeapFloorBytes", f.gcHeapFloor)
+		"gogc", gogc, "gcHeapFloorBytes", f.gcHeapFloor, "gcHeapMaxGrowthBytes", f.gcHeapMaxGrowth)
 	return srv.Serve(ctx, server.ListenConfig{Addr: f.listen, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, ClientCAFile: f.clientCA})
 }
 

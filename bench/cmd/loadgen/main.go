@@ -309,7 +309,7 @@ func run() error {
 	rep.Load = env.load
 	logf("loaded %d templates, %d constraints, %d nodes in %.1fs; RSS %.1f MiB",
 		env.load.Templates, env.load.Constraints, env.load.Nodes, env.load.Seconds, env.load.Memory.RSSMiB)
-	defer heapfloor.Start(f.gcHeapFloor).Stop() // as the service runs
+	defer heapfloor.Start(f.gcHeapFloor, heapfloor.DefaultMaxGrowth).Stop() // as the service runs
 	base, stop, err := perf.Serve(ctx, env.engine)
 	if err != nil {
 		return err

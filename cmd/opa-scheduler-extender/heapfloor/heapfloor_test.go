@@ -11,20 +11,29 @@ import (
 func TestPercentFor(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		name        string
-		floor, live uint64
-		base, want  int
+		name                   string
+		floor, maxGrowth, live uint64
+		base, want             int
 	}{
-		{"small heap reaches the floor", 64 * mib, 20 * mib, 100, 220},
-		{"half the floor: GOGC's own goal", 64 * mib, 32 * mib, 100, 100},
-		{"live past the floor", 64 * mib, 80 * mib, 100, 100},
-		{"never below the process's GOGC", 64 * mib, 20 * mib, 300, 300},
-		{"a tiny heap is capped", 64 * mib, 1024, 100, maxPercent},
-		{"no reading yet", 64 * mib, 0, 100, 100},
+		{"small heap reaches the floor", 64 * mib, 0, 20 * mib, 100, 220},
+		{"half the floor: GOGC's own goal", 64 * mib, 0, 32 * mib, 100, 100},
+		{"live past the floor", 64 * mib, 0, 80 * mib, 100, 100},
+		{"never below the process's GOGC", 64 * mib, 0, 20 * mib, 300, 300},
+		{"a tiny heap is capped", 64 * mib, 0, 1024, 100, maxPercent},
+		{"no reading yet", 64 * mib, 0, 0, 100, 100},
+		{"an operator's tiny GOGC stays", 64 * mib, 0, 80 * mib, 5, 5},
+		// 80 MiB floor, 32 MiB growth, GOGC 75: the service's defaults.
+		{"growth bound, small heap: the floor", 80 * mib, 32 * mib, 20 * mib, 75, 300},
+		{"growth bound, GOGC's goal within it", 80 * mib, 32 * mib, 40 * mib, 75, 100},
+		{"growth bound, the floor above live+growth", 80 * mib, 32 * mib, 46 * mib, 75, 73},
+		{"growth bound binds", 80 * mib, 32 * mib, 64 * mib, 75, 50},
+		{"growth bound under GOGC 300", 80 * mib, 32 * mib, 64 * mib, 300, 50},
+		{"growth bound on a huge heap", 80 * mib, 32 * mib, 1024 * mib, 75, minPercent},
+		{"growth bound wider than GOGC's", 80 * mib, 512 * mib, 128 * mib, 75, 75},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := PercentFor(tc.floor, tc.live, tc.base); got != tc.want {
-				t.Errorf("PercentFor(%d, %d, %d) = %d, want %d", tc.floor, tc.live, tc.base, got, tc.want)
+			if got := PercentFor(tc.floor, tc.maxGrowth, tc.live, tc.base); got != tc.want {
+				t.Errorf("PercentFor(%d, %d, %d, %d) = %d, want %d", tc.floor, tc.maxGrowth, tc.live, tc.base, got, tc.want)
 			}
 		})
 	}
@@ -38,7 +47,7 @@ func TestFloorFollowsCollections(t *testing.T) {
 	defer debug.SetGCPercent(base)
 
 	runtime.GC()        // the live heap is read from the last collection
-	f := Start(1 << 30) // far above this test's live heap
+	f := Start(1<<30, 0) // far above this test's live heap
 	if f == nil {
 		t.Fatal("Start returned no floor with GOGC=100")
 	}
@@ -64,12 +73,12 @@ func TestFloorFollowsCollections(t *testing.T) {
 }
 
 func TestNoFloor(t *testing.T) {
-	if f := Start(0); f != nil {
+	if f := Start(0, 0); f != nil {
 		t.Error("Start(0) made a floor")
 	}
 	base := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(base)
-	if f := Start(64 << 20); f != nil {
+	if f := Start(64<<20, 0); f != nil {
 		t.Error("Start made a floor with the collector off")
 	}
 	var f *Floor
