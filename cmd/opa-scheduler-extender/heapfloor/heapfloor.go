@@ -108,10 +108,10 @@ type Floor struct {
 	floor     uint64
 	maxGrowth uint64
 	base      int
-	stopped atomic.Bool
-	mu      sync.Mutex // serializes adjust with Stop
-	percent atomic.Int64
-	sample  []metrics.Sample
+	stopped   atomic.Bool
+	mu        sync.Mutex // serializes adjust with Stop
+	percent   atomic.Int64
+	sample    []metrics.Sample
 }
 
 // Start keeps the heap goal at floor bytes or more until Stop, and, with a

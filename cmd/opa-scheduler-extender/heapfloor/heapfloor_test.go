@@ -46,7 +46,7 @@ func TestFloorFollowsCollections(t *testing.T) {
 	base := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(base)
 
-	runtime.GC()        // the live heap is read from the last collection
+	runtime.GC()         // the live heap is read from the last collection
 	f := Start(1<<30, 0) // far above this test's live heap
 	if f == nil {
 		t.Fatal("Start returned no floor with GOGC=100")
