@@ -34,7 +34,7 @@
 // lets 40 to 46 MiB of garbage pile up on top of it, and RSS reached 151
 // to 160 MiB. MaxGrowth bounds that pile (DefaultMaxGrowth, 32 MiB;
 // --gc-heap-max-growth-bytes) where the floor does not already set the
-// goal: in four alternated runs of a minute of half one-off pods at 5000
+// goal: in four alternated runs of 40 s of half one-off pods at 5000
 // candidates under 20 Node heartbeats a second (bench/cmd/loadgen
 // -policy-set realistic -nodes 5000 -verbs cycle -node-files 10 -churn 20
 // -churn-kind heartbeat -one-off 0.5 -duration 40s -service BIN
@@ -42,16 +42,16 @@
 // from 150.8 and 160.1 MiB to 145.3 and 142.8 (the highest during the run
 // 156.8 and 160.1 to 145.8 and 145.4), with 40 and 37 collections instead
 // of 28 and 26, and the same CPU per call within the noise (3.32 and 3.43
-// against 2.86 and 3.22 ms). With the live heap under the floor's reach
-// (46 MiB or less with these defaults) nothing changes: at 500 candidates
-// the same 12 to 15 collections in 10 s either way. A 24 MiB bound
+// against 2.86 and 3.22 ms). Under 46 MiB of live heap nothing changes
+// with these defaults (the floor or GOGC sets the goal as before): at 500
+// candidates the same 12 to 15 collections in 10 s either way. A 24 MiB bound
 // collected a sixth more often again for 6 MiB less RSS.
 //
 // The floor works as the runtime allows, from outside: after each cycle
 // (a cleanup on a sentinel object runs once per cycle that finds it dead)
 // it reads the live heap (runtime/metrics) and sets the GOGC percent
 // (debug.SetGCPercent) that puts the next goal at the floor, never below
-// the GOGC the process started with. GOMEMLIMIT still bounds the heap:
+// the GOGC the process started with unless MaxGrowth bounds it. GOMEMLIMIT still bounds the heap:
 // the runtime collects earlier when the limit is near, whatever the
 // percent.
 //
