@@ -74,6 +74,8 @@ func parseItem(p part) (any, error) {
 	var err error
 	if p.json {
 		err = json.Unmarshal(p.raw, &v)
+	} else if m, ok := decodeBlockYAML(p.raw); ok {
+		v = m
 	} else {
 		err = yaml.Unmarshal(p.raw, &v)
 	}
@@ -91,6 +93,8 @@ func parseDocument(p part) (map[string]any, error) {
 	var err error
 	if p.json {
 		err = json.Unmarshal(p.raw, &content)
+	} else if m, ok := decodeBlockYAML(p.raw); ok {
+		content = m
 	} else {
 		err = yaml.Unmarshal(p.raw, &content)
 	}
