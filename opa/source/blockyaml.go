@@ -408,7 +408,8 @@ func doubleQuoted(t []byte) (any, bool) {
 	return nil, false // not closed on its line
 }
 
-// singleQuoted reads a one-line single-quoted scalar (” is a quote).
+// singleQuoted reads a one-line single-quoted scalar (a quote doubled
+// stands for one).
 func singleQuoted(t []byte) (any, bool) {
 	var out []byte
 	for i := 1; i < len(t); i++ {
