@@ -289,7 +289,8 @@ func plainScalar(t []byte) (any, bool) {
 	case isDecimalInt(t):
 		f, err := strconv.ParseFloat(s, 64)
 		return f, err == nil
-	case dottedDigits(t), !couldBeNumberOrTime(t):
+	case s == ".", dottedDigits(t), !couldBeNumberOrTime(t):
+		// "." (managed fields' key) is no float to Go's ParseFloat either.
 		return s, true
 	}
 	return nil, false

@@ -52,6 +52,7 @@ func TestBlockYAMLAgrees(t *testing.T) {
 		{"root indented (a list item)", "  apiVersion: v1\n  kind: Node\n", true},
 		{"extra spaces after the colon", "a:    b\n", true},
 		{"plain with inner spaces", "message: kubelet is posting ready status\n", true},
+		{"managed fields' keys", "f:status:\n  .: {}\n  k:{\"type\":\"Ready\"}:\n    f:message: {}\n", true},
 
 		{"other booleans", "a: yes\n", false},
 		{"True", "a: True\n", false},
