@@ -94,8 +94,8 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.memoResults, "memo-max-results", 1<<18, "verdicts the engine remembers, for all constraints together")
 	fs.Int64Var(&f.memoBytes, "memo-max-bytes", opa.DefaultMemoBytes, "estimated size of the verdicts the engine remembers; a full memo takes about that much heap")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS minus one, at least one; 1: one after the other, on the request's own)")
-	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: GOGC alone. GOGC is 75 unless the environment sets it; GOMEMLIMIT still bounds the heap")
-	fs.Int64Var(&f.gcHeapMaxGrowth, "gc-heap-max-growth-bytes", heapfloor.DefaultMaxGrowth, "let the heap grow at most this many bytes past the live heap before the garbage collector runs, when GOGC would let it grow more (a large live heap), but never to less than --gc-heap-floor-bytes; 0: GOGC alone")
+	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: no floor. GOGC is 75 unless the environment sets it; GOMEMLIMIT still bounds the heap")
+	fs.Int64Var(&f.gcHeapMaxGrowth, "gc-heap-max-growth-bytes", heapfloor.DefaultMaxGrowth, "let the heap grow at most this many bytes past the live heap before the garbage collector runs, when GOGC would let it grow more (a large live heap), but never to less than --gc-heap-floor-bytes; 0: no bound")
 	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
 }
 
@@ -205,7 +205,8 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// startHeapFloorWhenReady starts the heap floor (--gc-heap-floor-bytes)
+// startHeapFloorWhenReady starts the heap floor and growth bound
+// (--gc-heap-floor-bytes, --gc-heap-max-growth-bytes)
 // once every source has loaded: loading 5000 Nodes makes garbage many
 // times the live heap, and with the floor in place from the start that
 // garbage raised the process's peak RSS by about 40 MiB. Before it starts,

@@ -116,18 +116,18 @@ type Floor struct {
 
 // Start keeps the heap goal at floor bytes or more until Stop, and, with a
 // positive maxGrowth, at most maxGrowth bytes above the live heap where
-// the floor does not set it. It does nothing (a nil *Floor, whose Stop
-// does nothing) when floor is not positive or when the collector is off
-// (GOGC=off).
+// the floor does not set it. Either may be 0 (none). It does nothing (a
+// nil *Floor, whose Stop does nothing) when neither is positive or when
+// the collector is off (GOGC=off).
 func Start(floor, maxGrowth int64) *Floor {
-	if floor <= 0 {
+	if floor <= 0 && maxGrowth <= 0 {
 		return nil
 	}
 	base := gcPercent()
 	if base < 0 {
 		return nil
 	}
-	f := &Floor{floor: uint64(floor), maxGrowth: uint64(max(maxGrowth, 0)), base: base, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	f := &Floor{floor: uint64(max(floor, 0)), maxGrowth: uint64(max(maxGrowth, 0)), base: base, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	f.percent.Store(int64(base))
 	f.adjust()
 	f.arm()

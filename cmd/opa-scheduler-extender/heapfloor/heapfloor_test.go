@@ -30,6 +30,8 @@ func TestPercentFor(t *testing.T) {
 		{"growth bound under GOGC 300", 80 * mib, 32 * mib, 64 * mib, 300, 50},
 		{"growth bound on a huge heap", 80 * mib, 32 * mib, 1024 * mib, 75, minPercent},
 		{"growth bound wider than GOGC's", 80 * mib, 512 * mib, 128 * mib, 75, 75},
+		{"growth bound without a floor", 0, 32 * mib, 64 * mib, 75, 50},
+		{"no floor, no bound", 0, 0, 64 * mib, 75, 75},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := PercentFor(tc.floor, tc.maxGrowth, tc.live, tc.base); got != tc.want {
@@ -72,9 +74,25 @@ func TestFloorFollowsCollections(t *testing.T) {
 	f.Stop() // twice is fine
 }
 
+// TestGrowthBoundAlone: with no floor, a growth bound still sets the
+// percent (here below GOGC: this test's live heap is far above 1 KiB).
+func TestGrowthBoundAlone(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+	runtime.GC()
+	f := Start(0, 1<<10)
+	if f == nil {
+		t.Fatal("Start(0, 1 KiB) made no floor")
+	}
+	defer f.Stop()
+	if p := gcPercent(); p >= 100 || p != f.Percent() {
+		t.Errorf("GOGC %d, Percent %d; want the same, below 100", p, f.Percent())
+	}
+}
+
 func TestNoFloor(t *testing.T) {
 	if f := Start(0, 0); f != nil {
-		t.Error("Start(0) made a floor")
+		t.Error("Start(0, 0) made a floor")
 	}
 	base := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(base)
