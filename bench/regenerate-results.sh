@@ -43,7 +43,7 @@ set -uo pipefail
 SCENARIOS=(
 	"realistic|the realistic mix through the load generator, the service as its own process: filter and a cycle at 500 and 5000 candidates, three runs"
 	"realistic-engines|the realistic mix with the library's dual templates on CEL (the default, as in Gatekeeper) and on Rego (--enable-k8s-native-validation=false), alternated, two runs each"
-	"realistic-inprocess|the same in the load generator's process, and the floor: the same requests answered without the engine"
+	"realistic-inprocess|the same in the load generator's process, and the floor: the same requests answered without the engine, then after 250 µs of CPU each"
 	"churn|the realistic mix under Node churn (20 heartbeats or label flips a second), one kind: List file, a Namespace-reading template"
 	"mix|issue 5's mix (16 library templates and the 4 examples, 20 constraints), the service as its own process"
 	"peer|time per pod against Gatekeeper's constraint framework (mix and realistic), same verdicts; the framework's own microbenchmarks"
@@ -141,6 +141,9 @@ scenario_realistic-engines() {
 scenario_realistic-inprocess() {
 	build || return
 	run bench "$BIN/loadgen" -policy-set realistic -duration "$LG_DUR" -nodes 500,5000 -full-nodes '' -peer=false -footprint=false -verbs filter,cycle -floor
+	# The floor again, spending 250 µs of CPU per request: a server with
+	# about the service's mean cycle and no collector, garbage or variance.
+	run bench "$BIN/loadgen" -policy-set realistic -duration "$LG_DUR" -nodes 500 -inventory 5000 -full-nodes '' -peer=false -footprint=false -verbs cycle -floor -floor-cpu 250us
 }
 
 scenario_churn() {

@@ -73,8 +73,10 @@ type flags struct {
 	// service is the opa-scheduler-extender binary to measure as its own
 	// process (empty: the engine and server in this process).
 	service string
-	// floor: time the scenarios against a server without the engine too.
-	floor bool
+	// floor: time the scenarios against a server without the engine too;
+	// floorCPU: the CPU time it spends per request.
+	floor    bool
+	floorCPU time.Duration
 	// churn is how many Node updates a second are written during the
 	// scenarios (0: a still cluster), churnKind what they change;
 	// nodeFiles how many Nodes one file of -service's folder holds (0:
@@ -117,6 +119,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
 	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
+	fs.DurationVar(&f.floorCPU, "floor-cpu", 0, "with -floor: CPU time the floor server spends on each request before answering, on the request's thread and without allocating (e.g. the service's CPU ms/req): the floor rows then show the tail this machine gives that much work with no collector and no garbage")
 	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server in this process that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"; not with -service)")
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: none; the in-process service keeps the default growth bound); with -service, passed to the service when given")
@@ -233,6 +236,9 @@ func (f *flags) check() error {
 	}
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
 		return errors.New("no scenario: -nodes and -full-nodes are both empty")
+	}
+	if f.floorCPU < 0 || (f.floorCPU > 0 && !f.floor) {
+		return errors.New("-floor-cpu must be positive and goes with -floor")
 	}
 	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
 		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")

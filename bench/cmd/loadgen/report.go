@@ -76,6 +76,9 @@ type Config struct {
 	Churn     float64 `json:"churn"`
 	ChurnKind string  `json:"churnKind,omitempty"`
 	NodeFiles int     `json:"nodeFiles,omitempty"`
+	// FloorCPU is the CPU time the floor server spent per request
+	// (-floor-cpu), when the floor was timed.
+	FloorCPU string `json:"floorCPU,omitempty"`
 }
 
 func (f *flags) config() Config {
@@ -94,6 +97,9 @@ func (f *flags) config() Config {
 	}
 	if f.churn > 0 {
 		c.Churn, c.ChurnKind = f.churn, string(f.churnKind)
+	}
+	if f.floor {
+		c.FloorCPU = f.floorCPU.String()
 	}
 	if f.service != "" {
 		c.NodeFiles = f.nodeFiles
@@ -308,6 +314,9 @@ func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Policies: %q, %d templates, %d constraints (%d deny); %d %s nodes (%d B of JSON each on average), %d namespaces; %s per scenario after %s warm-up, concurrency %d, %.0f%% one-off pods; heap floor %s; evaluation parallelism %s.\n\n",
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor, parallelism)
+	if r.Config.FloorCPU != "" {
+		fmt.Fprintf(w, "Floor rows: a server in this process that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", r.Config.FloorCPU)
+	}
 	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
