@@ -228,6 +228,7 @@ type Stats struct {
 	MemoBytes         int64  // their estimated size
 	MemoRotations     uint64 // times the memo dropped its older half
 	AnswersReused     uint64 // answers given from a kept one (reuse.go): prioritize after filter
+	KeysReused        uint64 // key values taken from the workload's previous pod (workloadkeys.go)
 	EvalErrors        uint64 // evaluations that failed (turned into violations)
 	CompileErrors     uint64 // templates rejected
 	ConstraintErrors  uint64 // constraints rejected

@@ -288,7 +288,12 @@ func TestConcurrentEvaluationWhilePoliciesChange(t *testing.T) {
 	}
 	apply(t, e, objs...)
 	work := func(w, i int) error {
-		p := pod([]string{"alpha", "default"}[i%2], fmt.Sprintf("w%d-%d", w, i))
+		// Pods of two workloads, which the workers share: each request
+		// takes key values another's pod kept (workloadkeys.go).
+		p := pod([]string{"alpha", "default"}[i%2], fmt.Sprintf("w%d-%d", w, i), func(p map[string]any) {
+			p["metadata"].(map[string]any)["generateName"] = "w-"
+			spec(p)["containers"].([]any)[0].(map[string]any)["image"] = []string{"nginx:1.27", "nginx:latest", "busybox"}[(w+i)%3]
+		})
 		res, err := e.Evaluate(ctx, opa.PlacementRequest{Pod: p, Candidates: cands})
 		if err != nil {
 			return err
@@ -312,6 +317,9 @@ func TestConcurrentEvaluationWhilePoliciesChange(t *testing.T) {
 		return nil
 	}
 	churn(t, 2*time.Second, 5*time.Millisecond, 4, work, change)
+	if e.Stats().KeysReused == 0 {
+		t.Error("no request took a key value another one kept")
+	}
 }
 
 func TestParametersFollowTheSchema(t *testing.T) {

@@ -13,8 +13,9 @@
 //     template sees.
 //   - internal/inventory: data.inventory's layout and generations, the
 //     Nodes cut to what policies read and kept whole beside them.
-//   - internal/analysis, internal/lookup: what a template's code reads, and
-//     reading those paths.
+//   - internal/analysis, internal/lookup: what a template's code reads,
+//     reading those paths, and which of them a change to a review can
+//     move.
 //   - internal/verdict: a violation set as Gatekeeper reads it, deny
 //     messages, and the placeholders of printed values.
 //   - internal/drivers: the evaluator seam (Program: Analyze, Eval,
@@ -54,7 +55,9 @@
 // has its pod-only misses evaluated on several goroutines (prefetch.go); a
 // request's per-candidate buffers are reused (scratch.go); the answer to a
 // pod is reused for the next verb of the same scheduling cycle while
-// nothing it depends on changed (reuse.go); and an answer's per-candidate
+// nothing it depends on changed (reuse.go); a workload's next pod takes
+// the key values of the one before wherever no difference between their
+// reviews can move them (workloadkeys.go); and an answer's per-candidate
 // memory goes to later answers once every reader has released it
 // (Placement.Release, answermem.go).
 package opa

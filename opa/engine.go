@@ -107,6 +107,9 @@ type Engine struct {
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
+	// workloadKeys are the last key values of each workload's pods, for
+	// its next pod (workloadkeys.go).
+	workloadKeys workloadKeys
 	// namespaces are the namespaces' labels as matching reads them.
 	namespaces namespaceCache
 	// reg numbers what every policy set shares (policyset.go).

@@ -117,7 +117,7 @@ func evaluationClasses(t *testing.T, opts opa.Options, perPod []string) {
 // libraryObjects are every template of Gatekeeper's library with every
 // sample constraint, and deploy/examples (constraints named twice kept
 // once).
-func libraryObjects(t *testing.T) []*unstructured.Unstructured {
+func libraryObjects(t testing.TB) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	tmpls, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "template.yaml"))
@@ -145,7 +145,7 @@ func libraryObjects(t *testing.T) []*unstructured.Unstructured {
 // libraryEngines are the library in an engine and in one without memo
 // (the reference), both with nodes n1 (pool a) and n2, and those as
 // candidates.
-func libraryEngines(t *testing.T, opts opa.Options) (memo, ref *opa.Engine, cands []opa.Candidate) {
+func libraryEngines(t testing.TB, opts opa.Options) (memo, ref *opa.Engine, cands []opa.Candidate) {
 	t.Helper()
 	objs := libraryObjects(t)
 	memoOpts, refOpts := opts, opts
@@ -235,7 +235,7 @@ func TestLibraryGuards(t *testing.T) {
 
 // librarySamplePods are the Pods among the library's samples (allowed and
 // disallowed examples), in namespace default when they name none.
-func librarySamplePods(t *testing.T) []map[string]any {
+func librarySamplePods(t testing.TB) []map[string]any {
 	t.Helper()
 	var samples []map[string]any
 	files, _ := filepath.Glob(filepath.Join(libraryDir, "*", "*", "samples", "*", "example_*.yaml"))

@@ -19,6 +19,7 @@ import (
 type Pod struct {
 	value                ast.Object // apiVersion and kind set
 	name, namespace, uid string
+	generateName         string
 	labels               map[string]string
 }
 
@@ -137,7 +138,7 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 	for _, f := range []struct {
 		key string
 		to  *string
-	}{{"name", &p.name}, {"namespace", &p.namespace}, {"uid", &p.uid}, {"generateName", nil}} {
+	}{{"name", &p.name}, {"namespace", &p.namespace}, {"uid", &p.uid}, {"generateName", &p.generateName}} {
 		s, err := stringField(md, f.key, "metadata."+f.key)
 		if err = keep(err, strict); err != nil {
 			return nil, err

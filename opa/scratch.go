@@ -87,6 +87,11 @@ type podBuffers struct {
 	// bindScratch collects a view's bindings before they are kept
 	// (request.keepBindings).
 	bindScratch verdict.Bindings
+	// moved are the numbers of the key paths whose kept value the pod's
+	// differences can move, and differ finds those differences
+	// (request.reuseKeys).
+	moved  []int
+	differ lookup.Differ
 }
 
 // newView is a cleared podView of b's.
@@ -127,5 +132,6 @@ func (b *podBuffers) release() {
 	}
 	b.usedViews = 0
 	clear(b.bindScratch[:cap(b.bindScratch)])
+	b.differ.Reset()
 	podBuffersPool.Put(b)
 }

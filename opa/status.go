@@ -98,6 +98,7 @@ func (e *Engine) Stats() Stats {
 		MemoBytes:         ms.Bytes,
 		MemoRotations:     ms.Rotations,
 		AnswersReused:     e.recent.reused.Load(),
+		KeysReused:        e.workloadKeys.reused.Load(),
 		Evaluations:       e.stats.evaluations.Load(),
 		HelperEvaluations: e.stats.helperEvaluations.Load(),
 		MemoHits:          e.stats.memoHits.Load(),

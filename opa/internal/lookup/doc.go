@@ -7,5 +7,9 @@
 // that a request's lookups parse nothing and allocate only the arrays they
 // return. Input and At compile on the fly for the paths read once.
 //
+// ReadIndex and Differ say which plans a change between two reviews can
+// move: the engine takes the others' values from a workload's previous
+// pod (reads.go).
+//
 // It knows nothing of constraints, the memo or a request: it reads values.
 package lookup

@@ -9,6 +9,7 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 )
 
 // Snapshot is one consistent policy set: immutable once built, swapped
@@ -21,6 +22,9 @@ type Snapshot struct {
 	// view is what its constraints read of a candidate Node (NodeView).
 	viewOnce sync.Once
 	view     inventory.View
+	// keyReads index the key paths of its constraints (KeyReads).
+	keyReadsOnce sync.Once
+	keyReads     *lookup.ReadIndex
 }
 
 // NodeView is what the policy set's constraints read of a candidate Node:
@@ -28,6 +32,31 @@ type Snapshot struct {
 func (s *Snapshot) NodeView() inventory.View {
 	s.viewOnce.Do(func() { s.view = ViewOf(s.Constraints) })
 	return s.view
+}
+
+// KeyReads indexes what the key paths a request caches (KeyPathIDs, and
+// the helpers' RawIDs) read of a pod's review, by their numbers.
+func (s *Snapshot) KeyReads() *lookup.ReadIndex {
+	s.keyReadsOnce.Do(func() {
+		x := lookup.NewReadIndex()
+		for _, bc := range s.Constraints {
+			for k, id := range bc.KeyPathIDs {
+				if id >= 0 {
+					x.Add(id, bc.KeyPlans[k])
+				}
+			}
+			for _, h := range bc.KeyHelpers {
+				if h == nil {
+					continue
+				}
+				for i, id := range h.RawIDs {
+					x.Add(id, h.RawPlans[i])
+				}
+			}
+		}
+		s.keyReads = x
+	})
+	return s.keyReads
 }
 
 // CompiledTemplate is a template in force and its code's Program, with
