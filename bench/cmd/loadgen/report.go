@@ -77,7 +77,7 @@ type Config struct {
 	ChurnKind string  `json:"churnKind,omitempty"`
 	NodeFiles int     `json:"nodeFiles,omitempty"`
 	// FloorCPU is the CPU time the floor server spent per request
-	// (-floor-cpu), when the floor was timed.
+	// (-floor-cpu), when it spent some.
 	FloorCPU string `json:"floorCPU,omitempty"`
 }
 
@@ -98,7 +98,7 @@ func (f *flags) config() Config {
 	if f.churn > 0 {
 		c.Churn, c.ChurnKind = f.churn, string(f.churnKind)
 	}
-	if f.floor {
+	if f.floor && f.floorCPU > 0 {
 		c.FloorCPU = f.floorCPU.String()
 	}
 	if f.service != "" {

@@ -99,13 +99,7 @@ func (d *Differ) walk(a, b ast.Value) {
 	switch x := a.(type) {
 	case ast.Object:
 		y, ok := b.(ast.Object)
-		switch {
-		case ok && x == y:
-		case ok && x.Hash() == y.Hash() && x.Compare(y) == 0:
-			d.unshared++
-		case !ok || x.Len() != y.Len():
-			d.differs()
-		default:
+		if d.walksBelow(x, y, ok) {
 			outer := d.other
 			d.other = y
 			x.Until(d.visit)
@@ -113,13 +107,7 @@ func (d *Differ) walk(a, b ast.Value) {
 		}
 	case *ast.Array:
 		y, ok := b.(*ast.Array)
-		switch {
-		case ok && x == y:
-		case ok && x.Hash() == y.Hash() && x.Compare(y) == 0:
-			d.unshared++
-		case !ok || x.Len() != y.Len():
-			d.differs()
-		default:
+		if d.walksBelow(x, y, ok) {
 			for i := range x.Len() {
 				d.path = append(d.path, Step{Index: i})
 				d.walk(x.Elem(i).Value, y.Elem(i).Value)
@@ -131,6 +119,29 @@ func (d *Differ) walk(a, b ast.Value) {
 			d.differs()
 		}
 	}
+}
+
+// composite is an object or an array.
+type composite interface {
+	ast.Value
+	Len() int
+}
+
+// walksBelow reports whether x and y (ok: y is of x's kind) are walked
+// element by element: not when they are one value or equal ones, nor
+// when they differ in kind or length (they differ whole).
+func (d *Differ) walksBelow(x, y composite, ok bool) bool {
+	switch {
+	case ok && x == y:
+		return false
+	case ok && x.Hash() == y.Hash() && x.Compare(y) == 0:
+		d.unshared++
+		return false
+	case !ok || x.Len() != y.Len():
+		d.differs()
+		return false
+	}
+	return true
 }
 
 // member walks the value under k of the object beside (d.other).
