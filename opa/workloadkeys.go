@@ -141,9 +141,16 @@ func (r *request) keepKeys(pod *Pod, reused bool) {
 			return
 		}
 	}
+	// Only the values of indexed paths are kept: a value the index does
+	// not know could not be told moved.
+	index := r.snap.KeyReads()
 	k := &keptKeys{snap: r.snap, review: r.podReview.Value, slots: slices.Clone(r.pb.keyCache)}
-	for _, v := range k.slots {
-		if v != nil {
+	for id, v := range k.slots {
+		switch {
+		case v == nil:
+		case !index.Has(id):
+			k.slots[id] = nil
+		default:
 			k.values++
 		}
 	}

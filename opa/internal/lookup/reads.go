@@ -167,7 +167,7 @@ func (d *Differ) member(k, v *ast.Term) bool {
 type ReadIndex struct {
 	root readNode
 	ids  []int
-	seen map[int]bool
+	has  []bool // by number
 }
 
 type readNode struct {
@@ -179,18 +179,25 @@ type readNode struct {
 }
 
 // NewReadIndex is an empty index.
-func NewReadIndex() *ReadIndex { return &ReadIndex{seen: map[int]bool{}} }
+func NewReadIndex() *ReadIndex { return &ReadIndex{} }
 
 // IDs are the numbers of the plans indexed.
 func (x *ReadIndex) IDs() []int { return x.ids }
 
-// Add indexes p under id. A number names one path, so a second Add of it
-// adds nothing.
+// Has reports whether a plan is indexed under id: only such a plan's
+// value may be taken from another review.
+func (x *ReadIndex) Has(id int) bool { return id >= 0 && id < len(x.has) && x.has[id] }
+
+// Add indexes p under id (0 or more). A number names one path, so a
+// second Add of it adds nothing.
 func (x *ReadIndex) Add(id int, p *InputPlan) {
-	if x.seen[id] {
+	if x.Has(id) {
 		return
 	}
-	x.seen[id] = true
+	if id >= len(x.has) {
+		x.has = append(x.has, make([]bool, id+1-len(x.has))...)
+	}
+	x.has[id] = true
 	x.ids = append(x.ids, id)
 	if p.cond && !p.condAny {
 		for i := range p.members {

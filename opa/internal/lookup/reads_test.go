@@ -283,3 +283,20 @@ func BenchmarkDiffReplicas(b *testing.B) {
 		d.Diff(reviews[0], reviews[1], 32)
 	}
 }
+
+// TestReadIndexHas: the index knows the numbers it was given, once each.
+func TestReadIndexHas(t *testing.T) {
+	x := NewReadIndex()
+	plan := CompileInput([]*ast.Term{ReviewKey, ast.StringTerm("x")})
+	x.Add(3, plan)
+	x.Add(0, plan)
+	x.Add(3, plan)
+	for id, want := range map[int]bool{-1: false, 0: true, 1: false, 3: true, 4: false} {
+		if got := x.Has(id); got != want {
+			t.Errorf("Has(%d) = %v, want %v", id, got, want)
+		}
+	}
+	if got := x.IDs(); len(got) != 2 {
+		t.Errorf("IDs() = %v, want two numbers", got)
+	}
+}
