@@ -157,7 +157,7 @@ func (f *fakePolicy) Status() opa.Status {
 func (f *fakePolicy) Stats() opa.Stats {
 	return opa.Stats{
 		Evaluations: 42, HelperEvaluations: 9, MemoHits: 30, MemoMisses: 12, EvalErrors: 1,
-		CompileErrors: 2, ConstraintErrors: 3, PolicyGeneration: 7,
+		CompileErrors: 2, ConstraintErrors: 3, PolicyGeneration: 7, KeysReused: 468,
 		LastApply: time.Unix(1700000000, 0),
 	}
 }

@@ -116,6 +116,7 @@ func TestMetrics(t *testing.T) {
 		`opa_scheduler_extender_helper_evaluations_total 9`,
 		`opa_scheduler_extender_memo_hits_total 30`,
 		`opa_scheduler_extender_memo_misses_total 12`,
+		`opa_scheduler_extender_key_values_reused_total 468`,
 		`opa_scheduler_extender_evaluation_errors_total 1`,
 		`opa_scheduler_extender_template_compile_errors_total 2`,
 		`opa_scheduler_extender_constraint_errors_total 3`,

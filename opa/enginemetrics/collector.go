@@ -36,6 +36,7 @@ type Collector struct {
 	evaluations, memoHits, memoMisses, evalErrors        *prometheus.Desc
 	helperEvaluations                                    *prometheus.Desc
 	memoResults, memoBytes, memoRotations, answersReused *prometheus.Desc
+	keysReused                                           *prometheus.Desc
 	compileErrors, constraintErrors                      *prometheus.Desc
 	generation, lastApply, inventory                     *prometheus.Desc
 	templates, constraints                               *prometheus.Desc
@@ -60,6 +61,7 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 		memoBytes:         d("memo_bytes", "Estimated size of the verdicts the engine's memo holds."),
 		memoRotations:     d("memo_rotations_total", "Times the memo dropped its older half to stay within its bounds."),
 		answersReused:     d("answers_reused_total", "Answers given from the engine's answer to the same pod moments before (prioritize after filter), restricted to the request's nodes."),
+		keysReused:        d("key_values_reused_total", "Memo key values a pod took from the previous pod of its workload (same namespace and generateName) instead of looking them up: those no difference between the two pods can move."),
 		evalErrors:        d("evaluation_errors_total", "Evaluations that failed (and were turned into violations: fail closed)."),
 		compileErrors:     d("template_compile_errors_total", "ConstraintTemplates the engine rejected."),
 		constraintErrors:  d("constraint_errors_total", "Constraints the engine rejected."),
@@ -75,7 +77,7 @@ func New(e Engine, constLabels prometheus.Labels) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.evaluations, c.helperEvaluations, c.memoHits, c.memoMisses, c.evalErrors, c.compileErrors,
-		c.memoResults, c.memoBytes, c.memoRotations, c.answersReused,
+		c.memoResults, c.memoBytes, c.memoRotations, c.answersReused, c.keysReused,
 		c.constraintErrors, c.generation, c.lastApply, c.inventory, c.templates, c.constraints,
 	} {
 		ch <- d
@@ -94,6 +96,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.memoMisses, st.MemoMisses)
 	counter(c.memoRotations, st.MemoRotations)
 	counter(c.answersReused, st.AnswersReused)
+	counter(c.keysReused, st.KeysReused)
 	ch <- prometheus.MustNewConstMetric(c.memoResults, prometheus.GaugeValue, float64(st.MemoResults))
 	ch <- prometheus.MustNewConstMetric(c.memoBytes, prometheus.GaugeValue, float64(st.MemoBytes))
 	counter(c.evalErrors, st.EvalErrors)
