@@ -24,7 +24,8 @@ import (
 // of every path that no difference can move (the policy set's
 // lookup.ReadIndex). A path a difference can move is looked up as
 // before, so a key is always the value at its path in the pod's own
-// review.
+// review, whatever pod it is compared with: a workload's first pod (a new
+// Job's) is compared with the last pod kept in its namespace.
 
 // workloadKeys holds the kept key values, by workload.
 type workloadKeys struct {
@@ -44,9 +45,9 @@ type keptKeys struct {
 }
 
 const (
-	// maxKeptWorkloads bounds the workloads kept (each holds a review
-	// and a value per key path, some 10 KB); the table starts over past
-	// it.
+	// maxKeptWorkloads bounds the workloads and namespaces kept (each
+	// holds a review and a value per key path, some 10 KB); the table
+	// starts over past it.
 	maxKeptWorkloads = 64
 	// maxReviewDiffs bounds the differences a pod may have with the kept
 	// one: past it the pod is not of the workload as kept (a new
@@ -69,26 +70,32 @@ func workloadOf(pod *Pod) string {
 	return pod.namespace + "/" + pod.generateName
 }
 
+// namespaceKey names the last values kept in pod's namespace (a name no
+// workload has: namespaces hold no '/').
+func namespaceKey(pod *Pod) string { return pod.namespace + "/" }
+
 func (w *workloadKeys) get(name string) *keptKeys {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.byWL[name]
 }
 
-func (w *workloadKeys) put(name string, k *keptKeys) {
+// put keeps k for the workload name and as its namespace's last (ns).
+func (w *workloadKeys) put(name, ns string, k *keptKeys) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byWL == nil || len(w.byWL) >= maxKeptWorkloads {
 		w.byWL = map[string]*keptKeys{}
 	}
-	w.byWL[name] = k
+	w.byWL[name], w.byWL[ns] = k, k
 }
 
 // reuseKeys fills the request's key cache with the values kept for the
-// pod's workload that no difference between the two reviews can move,
-// and reports whether the kept values serve the workload's next pod as
-// well (false: none were kept, or the kept review shares little with
-// this one, and keepKeys replaces it). Without the memo there are no
+// pod's workload (or, for its first pod, the last kept in its namespace)
+// that no difference between the two reviews can move, and reports
+// whether the kept values serve the workload's next pod as well (false:
+// none of the workload's were kept, or the kept review shares little
+// with this one, and keepKeys keeps this pod's). Without the memo there are no
 // keys: the engine is the reference the fast paths are tested against.
 func (r *request) reuseKeys(pod *Pod) bool {
 	wl := workloadOf(pod)
@@ -96,8 +103,15 @@ func (r *request) reuseKeys(pod *Pod) bool {
 		return false
 	}
 	kept := r.e.workloadKeys.get(wl)
-	if kept == nil || kept.snap != r.snap {
-		return false
+	own := kept != nil && kept.snap == r.snap
+	if !own {
+		// A workload's first pod (a new Job's) is compared with the last
+		// pod kept in its namespace: another workload's, alike in much
+		// that templates read (the namespace, the absent oldObject,
+		// fields neither sets).
+		if kept = r.e.workloadKeys.get(namespaceKey(pod)); kept == nil || kept.snap != r.snap {
+			return false
+		}
 	}
 	b := r.buffers()
 	diffs, ok := b.differ.Diff(kept.review, r.podReview.Value, maxReviewDiffs)
@@ -121,7 +135,7 @@ func (r *request) reuseKeys(pod *Pod) bool {
 		}
 	}
 	r.e.workloadKeys.reused.Add(n)
-	return b.differ.Unshared() <= maxUnsharedValues
+	return own && b.differ.Unshared() <= maxUnsharedValues
 }
 
 // keepKeys keeps the request's key values for the pod's workload, unless
@@ -154,7 +168,7 @@ func (r *request) keepKeys(pod *Pod, reused bool) {
 			k.values++
 		}
 	}
-	r.e.workloadKeys.put(wl, k)
+	r.e.workloadKeys.put(wl, namespaceKey(pod), k)
 }
 
 // lacks reports whether got holds a value where kept has none.

@@ -77,8 +77,10 @@ var podChanges = []func(p map[string]any, rng *rand.Rand){
 // workloads: replicas that differ from the one before only in name, uid
 // and token volume, and replicas changed in what templates read, each
 // judged by the memoised engine (which takes the previous replica's key
-// values where no difference can move them, workloadkeys.go) and by one
-// without memo: the same violations every time, and key values taken.
+// values where no difference can move them, and a workload's first pod
+// the last pod's of its namespace: another sample's; workloadkeys.go) and
+// by one without memo: the same violations every time, and key values
+// taken both ways.
 func TestWorkloadKeysFollowEachPod(t *testing.T) {
 	if _, err := os.Stat(libraryDir); err != nil {
 		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
@@ -86,10 +88,15 @@ func TestWorkloadKeysFollowEachPod(t *testing.T) {
 	memo, ref, cands := libraryEngines(t, opa.Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	before := memo.Stats().KeysReused
+	fromNamespace := 0 // first pods that took values from another workload's
 	for i, sample := range librarySamplePods(t) {
 		workload := fmt.Sprintf("wl-%d", i)
+		beforeFirst := memo.Stats().KeysReused
 		judgeAsReference(t, memo, ref, replicaOf(sample, workload, 0), cands, false)
 		afterFirst := memo.Stats().KeysReused
+		if afterFirst > beforeFirst {
+			fromNamespace++
+		}
 		judgeAsReference(t, memo, ref, replicaOf(sample, workload, 1), cands, false)
 		if memo.Stats().KeysReused == afterFirst {
 			t.Errorf("sample %d (%v): its second replica took no key value from the first", i, sample["metadata"])
@@ -102,6 +109,12 @@ func TestWorkloadKeysFollowEachPod(t *testing.T) {
 	}
 	if got := memo.Stats().KeysReused - before; got == 0 {
 		t.Error("no key value was taken from a workload's previous pod")
+	}
+	// The samples differ from each other in more than a replica does;
+	// some are close enough to the one before for its values to serve.
+	t.Logf("%d first pods took values from the last pod of their namespace", fromNamespace)
+	if fromNamespace == 0 {
+		t.Error("no workload's first pod took a value from its namespace's last pod")
 	}
 }
 
