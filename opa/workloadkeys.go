@@ -25,7 +25,8 @@ import (
 // lookup.ReadIndex). A path a difference can move is looked up as
 // before, so a key is always the value at its path in the pod's own
 // review, whatever pod it is compared with: a workload's first pod (a new
-// Job's) is compared with the last pod kept in its namespace.
+// Job's), and a pod of no workload (a StatefulSet's), is compared with
+// the last pod kept in its namespace.
 
 // workloadKeys holds the kept key values, by workload.
 type workloadKeys struct {
@@ -61,8 +62,8 @@ const (
 	maxUnsharedValues = 4
 )
 
-// workloadOf names pod's workload ("" for a pod without generateName,
-// which has none to share keys with).
+// workloadOf names pod's workload ("" for a pod without generateName: a
+// StatefulSet's, a bare pod, which only its namespace's last pod serves).
 func workloadOf(pod *Pod) string {
 	if pod.generateName == "" {
 		return ""
@@ -80,14 +81,18 @@ func (w *workloadKeys) get(name string) *keptKeys {
 	return w.byWL[name]
 }
 
-// put keeps k for the workload name and as its namespace's last (ns).
+// put keeps k for the workload name (unless "") and as its namespace's
+// last (ns).
 func (w *workloadKeys) put(name, ns string, k *keptKeys) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byWL == nil || len(w.byWL) >= maxKeptWorkloads {
 		w.byWL = map[string]*keptKeys{}
 	}
-	w.byWL[name], w.byWL[ns] = k, k
+	if name != "" {
+		w.byWL[name] = k
+	}
+	w.byWL[ns] = k
 }
 
 // reuseKeys fills the request's key cache with the values kept for the
@@ -95,20 +100,24 @@ func (w *workloadKeys) put(name, ns string, k *keptKeys) {
 // that no difference between the two reviews can move, and reports
 // whether the kept values serve the workload's next pod as well (false:
 // none of the workload's were kept, or the kept review shares little
-// with this one, and keepKeys keeps this pod's). Without the memo there are no
-// keys: the engine is the reference the fast paths are tested against.
+// with this one, and keepKeys keeps this pod's). Without the memo there
+// are no keys: the engine is the reference the fast paths are tested
+// against.
 func (r *request) reuseKeys(pod *Pod) bool {
-	wl := workloadOf(pod)
-	if wl == "" || r.e.opts.DisableMemo {
+	if r.e.opts.DisableMemo {
 		return false
 	}
-	kept := r.e.workloadKeys.get(wl)
+	var kept *keptKeys
+	wl := workloadOf(pod)
+	if wl != "" {
+		kept = r.e.workloadKeys.get(wl)
+	}
 	own := kept != nil && kept.snap == r.snap
 	if !own {
-		// A workload's first pod (a new Job's) is compared with the last
-		// pod kept in its namespace: another workload's, alike in much
-		// that templates read (the namespace, the absent oldObject,
-		// fields neither sets).
+		// A workload's first pod (a new Job's), or a pod of none, is
+		// compared with the last pod kept in its namespace: another
+		// workload's, alike in much that templates read (the namespace,
+		// the absent oldObject, fields neither sets).
 		if kept = r.e.workloadKeys.get(namespaceKey(pod)); kept == nil || kept.snap != r.snap {
 			return false
 		}
@@ -138,17 +147,17 @@ func (r *request) reuseKeys(pod *Pod) bool {
 	return own && b.differ.Unshared() <= maxUnsharedValues
 }
 
-// keepKeys keeps the request's key values for the pod's workload, unless
-// those kept serve it: they are of this policy set, within
+// keepKeys keeps the request's key values for the pod's workload (if it
+// has one) and as its namespace's last, unless those kept serve it: they are of this policy set, within
 // maxReviewDiffs of the pod and sharing its decoded parts (reused), and
 // hold every path the pod looked up. The next pod is compared with the
 // kept one, which differs from it as little as this one does, and a pod
 // that keeps nothing makes no garbage.
 func (r *request) keepKeys(pod *Pod, reused bool) {
-	wl := workloadOf(pod)
-	if wl == "" || r.e.opts.DisableMemo || r.pb == nil || len(r.pb.keyCache) == 0 {
+	if r.e.opts.DisableMemo || r.pb == nil || len(r.pb.keyCache) == 0 {
 		return
 	}
+	wl := workloadOf(pod)
 	if reused {
 		kept := r.e.workloadKeys.get(wl)
 		if kept != nil && kept.snap == r.snap && !lacks(kept.slots, r.pb.keyCache) {

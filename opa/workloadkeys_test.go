@@ -142,3 +142,25 @@ func FuzzWorkloadKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestBarePodsTakeTheirNamespacesValues: pods of no workload (no
+// generateName, as a StatefulSet's) take key values from the last pod
+// judged in their namespace, and are judged as without memo.
+func TestBarePodsTakeTheirNamespacesValues(t *testing.T) {
+	if _, err := os.Stat(libraryDir); err != nil {
+		t.Skipf("gatekeeper-library not found at %s: %v", libraryDir, err)
+	}
+	memo, ref, cands := libraryEngines(t, opa.Options{})
+	images := []string{"nginx:1.27", "nginx:latest", "k8s.gcr.io/pause:3.9", "nginx:1.27"}
+	before := memo.Stats().KeysReused
+	for i, image := range images {
+		p := pod("default", fmt.Sprintf("web-%d", i), func(p map[string]any) {
+			spec(p)["containers"].([]any)[0].(map[string]any)["image"] = image
+			spec(p)["hostNetwork"] = i%2 == 1
+		})
+		judgeAsReference(t, memo, ref, p, cands, false)
+	}
+	if memo.Stats().KeysReused == before {
+		t.Error("no bare pod took a key value from the pod before it")
+	}
+}
