@@ -126,7 +126,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	r := e.newRequest(ctx, v, e.podInput(ctx, v.txn, pod), req.Explain)
 	defer r.end()
-	reusedKeys := r.reuseKeys(pod)
+	keys := r.reuseKeys(pod)
 	if err := r.candidates(req.Candidates); err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	if reusable && req.Reuse == ReuseKeep {
 		e.recent.keep(r, pod, p)
 	}
-	r.keepKeys(pod, reusedKeys)
+	r.keepKeys(pod, keys)
 	return p, nil
 }
 

@@ -19,8 +19,10 @@ import (
 type Pod struct {
 	value                ast.Object // apiVersion and kind set
 	name, namespace, uid string
-	generateName         string
 	labels               map[string]string
+	// workload and nsLast name the key values it shares with its
+	// workload's and its namespace's pods (workloadkeys.go).
+	workload, nsLast string
 }
 
 // Name, Namespace and UID are the pod's metadata ("" when absent).
@@ -131,21 +133,21 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 		obj = ast.NewObject(items...)
 	}
 	p := &Pod{value: obj}
+	p.workload, p.nsLast = workloadNames("", "")
 	md, err := objectField(obj, termMetadata, "metadata")
 	if md == nil {
 		return p, keep(err, strict)
 	}
+	var generateName string
 	for _, f := range []struct {
 		key string
 		to  *string
-	}{{"name", &p.name}, {"namespace", &p.namespace}, {"uid", &p.uid}, {"generateName", &p.generateName}} {
+	}{{"name", &p.name}, {"namespace", &p.namespace}, {"uid", &p.uid}, {"generateName", &generateName}} {
 		s, err := stringField(md, f.key, "metadata."+f.key)
 		if err = keep(err, strict); err != nil {
 			return nil, err
 		}
-		if f.to != nil {
-			*f.to = s
-		}
+		*f.to = s
 	}
 	for _, key := range []string{"labels", "annotations"} {
 		m, err := stringMap(md, key, "metadata."+key, strict)
@@ -156,6 +158,7 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 			p.labels = m
 		}
 	}
+	p.workload, p.nsLast = workloadNames(p.namespace, generateName)
 	return p, nil
 }
 

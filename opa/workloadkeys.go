@@ -62,18 +62,18 @@ const (
 	maxUnsharedValues = 4
 )
 
-// workloadOf names pod's workload ("" for a pod without generateName: a
-// StatefulSet's, a bare pod, which only its namespace's last pod serves).
-func workloadOf(pod *Pod) string {
-	if pod.generateName == "" {
-		return ""
+// workloadNames are the names a pod's key values are kept under: its
+// workload ("" for a pod without generateName: a StatefulSet's, a bare
+// pod, which only its namespace's last pod serves) and its namespace's
+// last (a name no workload has: namespaces hold no '/'). Made once per
+// decoded pod.
+func workloadNames(namespace, generateName string) (workload, nsLast string) {
+	nsLast = namespace + "/"
+	if generateName != "" {
+		workload = nsLast + generateName
 	}
-	return pod.namespace + "/" + pod.generateName
+	return workload, nsLast
 }
-
-// namespaceKey names the last values kept in pod's namespace (a name no
-// workload has: namespaces hold no '/').
-func namespaceKey(pod *Pod) string { return pod.namespace + "/" }
 
 func (w *workloadKeys) get(name string) *keptKeys {
 	w.mu.Lock()
@@ -97,20 +97,19 @@ func (w *workloadKeys) put(name, ns string, k *keptKeys) {
 
 // reuseKeys fills the request's key cache with the values kept for the
 // pod's workload (or, for its first pod, the last kept in its namespace)
-// that no difference between the two reviews can move, and reports
-// whether the kept values serve the workload's next pod as well (false:
-// none of the workload's were kept, or the kept review shares little
-// with this one, and keepKeys keeps this pod's). Without the memo there
+// that no difference between the two reviews can move. It gives the
+// workload's kept values when they serve its next pod as well, nil when
+// keepKeys should keep this pod's (none of the workload's were kept, or
+// the kept review shares little with this one). Without the memo there
 // are no keys: the engine is the reference the fast paths are tested
 // against.
-func (r *request) reuseKeys(pod *Pod) bool {
+func (r *request) reuseKeys(pod *Pod) *keptKeys {
 	if r.e.opts.DisableMemo {
-		return false
+		return nil
 	}
 	var kept *keptKeys
-	wl := workloadOf(pod)
-	if wl != "" {
-		kept = r.e.workloadKeys.get(wl)
+	if pod.workload != "" {
+		kept = r.e.workloadKeys.get(pod.workload)
 	}
 	own := kept != nil && kept.snap == r.snap
 	if !own {
@@ -118,14 +117,14 @@ func (r *request) reuseKeys(pod *Pod) bool {
 		// compared with the last pod kept in its namespace: another
 		// workload's, alike in much that templates read (the namespace,
 		// the absent oldObject, fields neither sets).
-		if kept = r.e.workloadKeys.get(namespaceKey(pod)); kept == nil || kept.snap != r.snap {
-			return false
+		if kept = r.e.workloadKeys.get(pod.nsLast); kept == nil || kept.snap != r.snap {
+			return nil
 		}
 	}
 	b := r.buffers()
 	diffs, ok := b.differ.Diff(kept.review, r.podReview.Value, maxReviewDiffs)
 	if !ok {
-		return false
+		return nil
 	}
 	index := r.snap.KeyReads()
 	moved := b.moved[:0]
@@ -144,25 +143,25 @@ func (r *request) reuseKeys(pod *Pod) bool {
 		}
 	}
 	r.e.workloadKeys.reused.Add(n)
-	return own && b.differ.Unshared() <= maxUnsharedValues
+	if !own || b.differ.Unshared() > maxUnsharedValues {
+		return nil
+	}
+	return kept
 }
 
 // keepKeys keeps the request's key values for the pod's workload (if it
-// has one) and as its namespace's last, unless those kept serve it: they are of this policy set, within
-// maxReviewDiffs of the pod and sharing its decoded parts (reused), and
-// hold every path the pod looked up. The next pod is compared with the
-// kept one, which differs from it as little as this one does, and a pod
-// that keeps nothing makes no garbage.
-func (r *request) keepKeys(pod *Pod, reused bool) {
+// has one) and as its namespace's last, unless serving (reuseKeys's
+// answer) serves it: of this policy set, within maxReviewDiffs of the
+// pod and sharing its decoded parts, and holding every path the pod
+// looked up. The next pod is compared with the kept one, which differs
+// from it as little as this one does, and a pod that keeps nothing makes
+// no garbage.
+func (r *request) keepKeys(pod *Pod, serving *keptKeys) {
 	if r.e.opts.DisableMemo || r.pb == nil || len(r.pb.keyCache) == 0 {
 		return
 	}
-	wl := workloadOf(pod)
-	if reused {
-		kept := r.e.workloadKeys.get(wl)
-		if kept != nil && kept.snap == r.snap && !lacks(kept.slots, r.pb.keyCache) {
-			return
-		}
+	if serving != nil && !lacks(serving.slots, r.pb.keyCache) {
+		return
 	}
 	// Only the values of indexed paths are kept: a value the index does
 	// not know could not be told moved.
@@ -177,7 +176,7 @@ func (r *request) keepKeys(pod *Pod, reused bool) {
 			k.values++
 		}
 	}
-	r.e.workloadKeys.put(wl, namespaceKey(pod), k)
+	r.e.workloadKeys.put(pod.workload, pod.nsLast, k)
 }
 
 // lacks reports whether got holds a value where kept has none.

@@ -166,7 +166,6 @@ func (d *Differ) member(k, v *ast.Term) bool {
 // whole. Built once per policy set; read by any number of goroutines.
 type ReadIndex struct {
 	root readNode
-	ids  []int
 	has  []bool // by number
 }
 
@@ -180,9 +179,6 @@ type readNode struct {
 
 // NewReadIndex is an empty index.
 func NewReadIndex() *ReadIndex { return &ReadIndex{} }
-
-// IDs are the numbers of the plans indexed.
-func (x *ReadIndex) IDs() []int { return x.ids }
 
 // Has reports whether a plan is indexed under id: only such a plan's
 // value may be taken from another review.
@@ -198,7 +194,6 @@ func (x *ReadIndex) Add(id int, p *InputPlan) {
 		x.has = append(x.has, make([]bool, id+1-len(x.has))...)
 	}
 	x.has[id] = true
-	x.ids = append(x.ids, id)
 	if p.cond && !p.condAny {
 		for i := range p.members {
 			m := &p.members[i]
