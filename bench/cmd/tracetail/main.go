@@ -7,7 +7,8 @@
 // of the call overlapped the collector's mark phase. It prints these
 // means for all calls, for the calls at or above the 99th percentile, and
 // for those between the 45th and 55th, so that the tail can be read
-// against the median:
+// against the median; the slowest are also split into those beside a
+// mark phase and the others:
 //
 //	loadgen -trace /tmp/t- ... && tracetail /tmp/t-filter-names-500.trace
 package main
@@ -262,7 +263,9 @@ func overlap(c *call, ivs []interval) time.Duration {
 	return d
 }
 
-// report prints the means of three groups of calls, slowest first.
+// report prints the means of groups of calls: all, the median's, the
+// slowest percent and that percent split by whether a call overlapped the
+// collector's mark phase.
 func report(w io.Writer, calls []*call) {
 	if len(calls) == 0 {
 		fmt.Fprintln(w, "no extender calls in the trace (is it the service's, with regions?)")
@@ -274,19 +277,29 @@ func report(w io.Writer, calls []*call) {
 	fmt.Fprintf(w, "%d calls; p50 %.3f ms, p99 %.3f ms, max %.3f ms\n\n", n, ms(calls[n/2].dur()), ms(p99), ms(calls[n-1].dur()))
 	fmt.Fprintln(w, "| calls | n | mean ms | running | runnable | blocked | assist | sweep | overlapping a mark phase (share of calls) | mark overlap | stop-the-world |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	slow := calls[min(n-1, n*99/100):]
+	// The slow calls split by the collector: those beside a mark phase
+	// wait for it, the others show what the machine does to a call.
 	groups := []struct {
 		name string
 		cs   []*call
 	}{
 		{"all", calls},
 		{"p45 to p55", calls[n*45/100 : max(n*55/100, n*45/100+1)]},
-		{"p99 and above", calls[min(n-1, n*99/100):]},
+		{"p99 and above", slow},
+		{"p99 and above, beside a mark phase", slices.DeleteFunc(slices.Clone(slow), func(c *call) bool { return c.markLap == 0 })},
+		{"p99 and above, no mark phase", slices.DeleteFunc(slices.Clone(slow), func(c *call) bool { return c.markLap > 0 })},
 	}
 	for _, gr := range groups {
-		row(w, gr.name, gr.cs)
+		if len(gr.cs) > 0 {
+			row(w, gr.name, gr.cs)
+		}
 	}
 	fmt.Fprintln(w, "\nWhile the call waited for a processor, mean ms per call that each goroutine (by root function) held one:")
 	for _, gr := range groups {
+		if len(gr.cs) == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "- %s: %s\n", gr.name, othersRan(gr.cs))
 	}
 }

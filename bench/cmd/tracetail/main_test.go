@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/trace"
+
+	xtrace "golang.org/x/exp/trace"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +75,32 @@ func TestReadsRegions(t *testing.T) {
 	}
 	var out strings.Builder
 	report(&out, calls)
-	for _, want := range []string{"5 calls", "| all | 5 |", "| p99 and above | 1 |"} {
+	for _, want := range []string{"5 calls", "| all | 5 |", "| p99 and above | 1 |", "| p99 and above, no mark phase | 1 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestReportSplitsTheSlowest checks the split of the slowest percent by
+// the collector: 200 calls, the two slowest (the top percent) one beside
+// a mark phase and one not.
+func TestReportSplitsTheSlowest(t *testing.T) {
+	var calls []*call
+	for i := range 200 {
+		c := &call{verb: "filter", end: xtrace.Time(100_000 + i)}
+		c.running = time.Duration(c.end)
+		calls = append(calls, c)
+	}
+	calls[198].end, calls[198].markLap = 5_000_000, time.Millisecond
+	calls[199].end = 4_000_000
+	var out strings.Builder
+	report(&out, calls)
+	for _, want := range []string{
+		"| p99 and above | 2 |",
+		"| p99 and above, beside a mark phase | 1 | 5.000 |",
+		"| p99 and above, no mark phase | 1 | 4.000 |",
+	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
