@@ -154,10 +154,13 @@ func BenchmarkPodStream(b *testing.B) {
 	}
 }
 
+// warmCalls are the calls timeWarm makes before it times any.
+const warmCalls = 300
+
 // timeWarm runs run unmeasured until the memo holds the stream's
 // ReplicaSets and the namespaces' classes, then b.N times measured.
 func timeWarm(b *testing.B, run func()) {
-	for range 300 {
+	for range warmCalls {
 		run()
 	}
 	b.ReportAllocs()
