@@ -106,7 +106,8 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 // burnCPU keeps the calling goroutine's thread busy until the thread has
 // used d of CPU time: CPU time, not wall time, so that a burn the kernel
 // preempts takes longer, as a call's work does. It touches a few KiB of
-// memory as it goes and allocates nothing.
+// memory as it goes and allocates nothing. Without a per-thread CPU clock
+// it spends nothing: flags.check refuses -floor-cpu there.
 func burnCPU(d time.Duration) {
 	if d <= 0 {
 		return

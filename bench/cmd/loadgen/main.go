@@ -240,6 +240,9 @@ func (f *flags) check() error {
 	if f.floorCPU < 0 || (f.floorCPU > 0 && !f.floor) {
 		return errors.New("-floor-cpu must be positive and goes with -floor")
 	}
+	if _, ok := threadCPU(); f.floorCPU > 0 && !ok {
+		return errors.New("-floor-cpu needs a per-thread CPU clock (CLOCK_THREAD_CPUTIME_ID), which this system does not give")
+	}
 	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
 		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
 	}
