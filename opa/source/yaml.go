@@ -70,16 +70,22 @@ const readBufferSize = 64 << 10
 // parseItem decodes an item cut out of its document: any YAML value (a
 // document that is not a list may hold items of any kind).
 func parseItem(p part) (any, error) {
-	var v any
-	var err error
+	return decodePart[any](p)
+}
+
+// decodePart decodes a part's bytes into a T: JSON as JSON, YAML through
+// decodeBlockYAML where it takes them (a mapping), else sigs.k8s.io/yaml.
+func decodePart[T any](p part) (T, error) {
+	var v T
 	if p.json {
-		err = json.Unmarshal(p.raw, &v)
-	} else if m, ok := decodeBlockYAML(p.raw); ok {
-		v = m
-	} else {
-		err = yaml.Unmarshal(p.raw, &v)
+		return v, json.Unmarshal(p.raw, &v)
 	}
-	return v, err
+	if m, ok := decodeBlockYAML(p.raw); ok {
+		if v, ok := any(m).(T); ok {
+			return v, nil
+		}
+	}
+	return v, yaml.Unmarshal(p.raw, &v)
 }
 
 // parseDocument decodes a document (less the items cut out of it): nil
@@ -89,15 +95,7 @@ func parseDocument(p part) (map[string]any, error) {
 	if p.items == 0 && len(bytes.TrimSpace(p.raw)) == 0 {
 		return nil, nil
 	}
-	var content map[string]any
-	var err error
-	if p.json {
-		err = json.Unmarshal(p.raw, &content)
-	} else if m, ok := decodeBlockYAML(p.raw); ok {
-		content = m
-	} else {
-		err = yaml.Unmarshal(p.raw, &content)
-	}
+	content, err := decodePart[map[string]any](p)
 	if err != nil {
 		return nil, fmt.Errorf("document %d: %w", p.doc, err)
 	}
