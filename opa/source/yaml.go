@@ -78,14 +78,16 @@ func parseItem(p part) (any, error) {
 func decodePart[T any](p part) (T, error) {
 	var v T
 	if p.json {
-		return v, json.Unmarshal(p.raw, &v)
+		err := json.Unmarshal(p.raw, &v)
+		return v, err
 	}
 	if m, ok := decodeBlockYAML(p.raw); ok {
 		if v, ok := any(m).(T); ok {
 			return v, nil
 		}
 	}
-	return v, yaml.Unmarshal(p.raw, &v)
+	err := yaml.Unmarshal(p.raw, &v)
+	return v, err
 }
 
 // parseDocument decodes a document (less the items cut out of it): nil

@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/trace"
-
-	xtrace "golang.org/x/exp/trace"
 	"strings"
 	"testing"
 	"time"
+
+	xtrace "golang.org/x/exp/trace"
 )
 
 // TestReadsRegions traces calls made as the server makes them (a region
