@@ -96,7 +96,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on (0: GOMAXPROCS minus one, at least one; 1: one after the other, on the request's own)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor-bytes", heapfloor.Default, "let the heap grow to this many bytes before the garbage collector runs, when GOGC alone would run it sooner (a small live heap); 0: no floor. GOGC is 75 unless the environment sets it; GOMEMLIMIT still bounds the heap")
 	fs.Int64Var(&f.gcHeapMaxGrowth, "gc-heap-max-growth-bytes", heapfloor.DefaultMaxGrowth, "let the heap grow at most this many bytes past the live heap before the garbage collector runs, when GOGC would let it grow more (a large live heap), but never to less than --gc-heap-floor-bytes; 0: no bound")
-	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes")
+	fs.DurationVar(&f.policyPollInterval, "policy-dir-interval", 250*time.Millisecond, "how often --policy-dir is scanned for changes where no file-system watch covers it; with one, changes apply as the watch reports them, the whole folder is checked every 10s, and this paces the content check")
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {

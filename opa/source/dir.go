@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,10 +39,10 @@ type Applier interface {
 // Dir loads every YAML file below a folder: ConstraintTemplates,
 // Constraints and inventory objects (Nodes, Namespaces, anything else).
 // Folders named testdata and documents of kind Suite are skipped, so a
-// policy can keep its gator suite and fixtures beside it. It polls the
-// folder and applies what changed; a file that does not parse (for example
-// one that is half written) is reported and the objects it last held stay
-// in force until it parses again.
+// policy can keep its gator suite and fixtures beside it. It watches and
+// polls the folder (watch.go) and applies what changed; a file that does
+// not parse (for example one that is half written) is reported and the
+// objects it last held stay in force until it parses again.
 //
 // Files are parsed document by document and list item by list item
 // (load.go): a file of up to 4 MiB is read whole, once; a bigger one, such
@@ -51,14 +52,18 @@ type Dir struct {
 	root     string
 	applier  Applier
 	interval time.Duration
-	log      *slog.Logger
+	// fullScanInterval paces the whole scans where a watch covers the
+	// folder (watch.go).
+	fullScanInterval time.Duration
+	log              *slog.Logger
 
 	mu     sync.Mutex
 	files  map[string]*fileState
 	synced bool
 	last   time.Time
-	// folders are the folders the last scan read (watch.go watches them).
-	folders []string
+	// listing is what the last scan listed: its files, and the folders
+	// the watch follows (watch.go).
+	listing listing
 	// scanErr is why the last scan could not list the folder, since
 	// scanFailed; nil when it could.
 	scanErr    error
@@ -140,8 +145,16 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 type DirOptions struct {
 	// Interval between scans (default 250ms: changes apply within a second).
 	// A scan reads the files whose modification time, size or identity
-	// changed.
+	// changed. Where a file-system watch covers the folder (watch.go),
+	// changes apply as the watch reports them and the interval only paces
+	// the content check below.
 	Interval time.Duration
+	// FullScanInterval is, where a file-system watch covers the folder,
+	// how often a scan lists the whole folder and checks every file's time,
+	// size and identity anyway, for what a watch cannot see (a link
+	// retargeted beyond the folders watched, an event lost). Default 10s.
+	// Without such a watch every scan is whole.
+	FullScanInterval time.Duration
 	// VerifyInterval is how often the scans start comparing every file's
 	// content with what was read, for changes that keep the modification
 	// time and size (a copy that preserves times, a same-size rewrite
@@ -166,7 +179,11 @@ func NewDir(root string, applier Applier, opts DirOptions) *Dir {
 	if opts.VerifyInterval <= 0 {
 		opts.VerifyInterval = 10 * time.Second
 	}
-	d := &Dir{root: root, applier: applier, interval: opts.Interval, verifyInterval: opts.VerifyInterval, log: opts.Logger,
+	if opts.FullScanInterval <= 0 {
+		opts.FullScanInterval = 10 * time.Second
+	}
+	d := &Dir{root: root, applier: applier, interval: opts.Interval, fullScanInterval: opts.FullScanInterval,
+		verifyInterval: opts.VerifyInterval, log: opts.Logger,
 		files: map[string]*fileState{}, br: bufio.NewReaderSize(nil, readBufferSize), hashBuf: make([]byte, readBufferSize),
 		hasher: sha256.New(), refused: map[refusalKey]string{}}
 	d.verify.h, d.verify.buf = sha256.New(), make([]byte, readBufferSize)
@@ -207,10 +224,10 @@ var bulkLoadBytes int64 = 16 << 20
 var releaseMemory = debug.FreeOSMemory
 
 func (d *Dir) sync(ctx context.Context) (loaded int64, err error) {
-	paths, folders, err := walkFolder(d.root)
+	l, err := walkFolder(d.root)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.folders = folders
+	d.listing = l
 	if err != nil {
 		if d.scanErr == nil {
 			d.scanFailed = time.Now()
@@ -219,13 +236,14 @@ func (d *Dir) sync(ctx context.Context) (loaded int64, err error) {
 		d.summarize()
 		return 0, d.scanErr
 	}
-	sc := &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{}, dirty: d.scanErr != nil || !d.synced}
+	sc := d.newScan(ctx)
+	sc.dirty = d.scanErr != nil || !d.synced
 	d.scanErr = nil
 	d.scans++
-	for _, p := range paths {
+	for _, p := range l.files {
 		sc.file(p)
 	}
-	sc.verifyStep(paths)
+	sc.verifyStep(l.files)
 	sc.finish()
 	d.synced = true
 	d.last = time.Now()
@@ -248,9 +266,15 @@ type scan struct {
 	policies  []opa.Change // applied at the end
 	inventory []opa.Change // applied every inventoryChunk
 	// loaded counts the bytes the scan parsed; dirty: it changed what
-	// Ready reports.
+	// Ready reports; missed: a file it meant to read was gone or
+	// unreadable (a scan of named files then leaves it to a whole one).
 	loaded int64
 	dirty  bool
+	missed bool
+}
+
+func (d *Dir) newScan(ctx context.Context) *scan {
+	return &scan{dir: d, ctx: ctx, changed: map[string]map[objectKey]digest{}}
 }
 
 // file reads one file if it may have changed since the last scan: its
@@ -264,6 +288,7 @@ func (sc *scan) file(p string) {
 	}
 	info, err := os.Stat(p)
 	if err != nil {
+		sc.missed = true
 		return // removed while scanning: the next scan sees it
 	}
 	if st != nil && st.modTime.Equal(info.ModTime()) && st.size == info.Size() && os.SameFile(st.info, info) {
@@ -437,34 +462,6 @@ func sortChanges(changes []opa.Change) {
 	sort.SliceStable(changes, func(i, j int) bool { return rank(changes[i]) < rank(changes[j]) })
 }
 
-// Run scans until ctx ends: every interval, and as soon as the file-system
-// watch reports a change in a folder the last scan read (when the platform
-// offers one; the interval alone otherwise).
-func (d *Dir) Run(ctx context.Context) {
-	t := time.NewTicker(d.interval)
-	defer t.Stop()
-	w := newFolderWatch(d.log)
-	defer w.close()
-	for {
-		if err := d.Sync(ctx); err != nil {
-			d.log.Error("policy folder scan failed", "err", err)
-		}
-		d.mu.Lock()
-		folders := d.folders
-		d.mu.Unlock()
-		w.follow(folders)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-w.changed():
-			w.settle(ctx, watchSettle)
-		case err := <-w.errors():
-			d.log.Debug("policy folder watch", "err", err)
-		}
-	}
-}
-
 // dirSummary is what Ready and the metrics report, as of the last scan
 // that changed it.
 type dirSummary struct {
@@ -608,15 +605,29 @@ func (d *Dir) RefusedObjects() int { return len(d.summary.Load().refused) }
 // Hidden entries and testdata folders are skipped; a folder reached twice
 // through links is read once.
 func yamlFiles(root string) ([]string, error) {
-	files, _, err := walkFolder(root)
-	return files, err
+	l, err := walkFolder(root)
+	return l.files, err
 }
 
-// walkFolder is yamlFiles with the folders it read, for the file-system
-// watch (watch.go).
-func walkFolder(root string) (files, folders []string, err error) {
-	var out []string
+// listing is what a walk of the folder found: the files (yamlFiles) and,
+// for the file-system watch (watch.go), the folders read and the folders
+// beyond them whose changes reach the files: those holding the targets of
+// file links, and the root's parent when the root is a link (git-sync
+// retargets it there).
+type listing struct {
+	files, folders []string
+	// targets hold the targets of file links; rootLink is the root when
+	// it is a link ("" otherwise), to be watched in its parent.
+	targets  []string
+	rootLink string
+}
+
+func walkFolder(root string) (listing, error) {
+	var l listing
 	seen := map[string]bool{}
+	if info, err := os.Lstat(root); err == nil && info.Mode()&fs.ModeSymlink != 0 {
+		l.rootLink = filepath.Clean(root)
+	}
 	var walk func(dir string, top bool) error
 	walk = func(dir string, top bool) error {
 		real, err := filepath.EvalSymlinks(dir)
@@ -627,7 +638,7 @@ func walkFolder(root string) (files, folders []string, err error) {
 			return nil // a link loop, or two links to one folder
 		}
 		seen[real] = true
-		folders = append(folders, dir)
+		l.folders = append(l.folders, filepath.Clean(dir))
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			if !top && errors.Is(err, fs.ErrNotExist) {
@@ -640,8 +651,8 @@ func walkFolder(root string) (files, folders []string, err error) {
 			if strings.HasPrefix(name, ".") {
 				continue // hidden: editor swap files, a ConfigMap's ..data
 			}
-			isDir := e.IsDir()
-			if e.Type()&fs.ModeSymlink != 0 {
+			isDir, link := e.IsDir(), e.Type()&fs.ModeSymlink != 0
+			if link {
 				info, err := os.Stat(path)
 				if err != nil {
 					continue // a dangling link
@@ -654,13 +665,27 @@ func walkFolder(root string) (files, folders []string, err error) {
 				if err := walk(path, false); err != nil {
 					return err
 				}
-			case strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json"):
-				out = append(out, path)
+			case policyFileName(name):
+				l.files = append(l.files, path)
+				if link {
+					if target, err := filepath.EvalSymlinks(path); err == nil {
+						l.targets = append(l.targets, filepath.Dir(target))
+					}
+				}
 			}
 		}
 		return nil
 	}
-	err = walk(root, true)
-	sort.Strings(out)
-	return out, folders, err
+	err := walk(root, true)
+	sort.Strings(l.files)
+	slices.Sort(l.targets)
+	l.targets = slices.Compact(l.targets)
+	return l, err
+}
+
+// policyFileName reports whether the walk reads a file of this name (in a
+// folder it reads).
+func policyFileName(name string) bool {
+	return !strings.HasPrefix(name, ".") &&
+		(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json"))
 }

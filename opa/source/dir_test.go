@@ -438,7 +438,7 @@ func TestDirWatchScansOnChange(t *testing.T) {
 	waitFor(t, "the new folder watched", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		for _, f := range d.folders {
+		for _, f := range d.listing.folders {
 			if f == filepath.Join(root, "sub") {
 				return true
 			}

@@ -584,6 +584,7 @@ func (sc *scan) load(p string, st *fileState, info os.FileInfo) {
 	}
 	switch {
 	case errors.Is(err, errUnreadable):
+		sc.missed = true
 		return // removed or unreadable for now: the next scan sees it
 	case errors.Is(err, errSame):
 		st.info, st.modTime, st.size = info, info.ModTime(), info.Size()

@@ -56,8 +56,9 @@ type Args struct {
 	// DefaultK8sNativeValidationFailurePolicy is the failure policy of CEL
 	// code that names none: Fail (the default) or Ignore.
 	DefaultK8sNativeValidationFailurePolicy string `json:"defaultK8sNativeValidationFailurePolicy,omitempty"`
-	// PolicyPollInterval is how often the policy folder is scanned besides
-	// its file-system watch (default 250ms).
+	// PolicyPollInterval is how often the policy folder is scanned where no
+	// file-system watch covers it (default 250ms); with one, it paces the
+	// content check (source.DirOptions.Interval).
 	PolicyPollInterval Duration `json:"policyPollInterval,omitempty"`
 	// NodeMessages judges every node in Filter, so that each node a deny
 	// constraint forbids is reported in the pod's FailedScheduling event
