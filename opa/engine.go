@@ -534,6 +534,20 @@ func (e *Engine) nodeViewAfter(next *policyset.Snapshot) inventory.View {
 	return policyset.ViewOf(constraints)
 }
 
+// advanceNodeIndex gives the node index (internal/inventory's IndexCache)
+// the inventory generation just committed, with the Nodes requests read
+// now. Should the store fail to open a transaction, requests look Nodes up
+// directly until the next commit builds the index anew.
+func (e *Engine) advanceNodeIndex(ctx context.Context, prev, gen uint64, changed []string, whole bool) {
+	txn, err := e.store.NewTransaction(ctx)
+	if err != nil {
+		return
+	}
+	defer e.store.Abort(ctx, txn)
+	nodes, _ := e.inv.Value(ctx, txn, inventory.NodesPath).(ast.Object)
+	e.nodeIndex.Advance(inventory.GenerationValue(prev), inventory.GenerationValue(gen), nodes, changed, whole)
+}
+
 // commit writes policies and inventory in one store transaction and
 // installs the next snapshot when its compiler is in force.
 func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *policyset.Snapshot, inv []policy.Change) []*policy.ApplyError {
@@ -612,7 +626,11 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		}
 		e.log.Info("policy set installed", "generation", next.Generation, "templates", len(next.Templates), "constraints", len(next.Constraints))
 	}
+	prevGen := e.inv.Generation()
 	e.inv.Committed(gen, view, raw)
+	if gen != prevGen {
+		e.advanceNodeIndex(ctx, prevGen, gen, written.Nodes, recut)
+	}
 	for k, d := range written.Counts {
 		e.invCounts[k] += d
 		if e.invCounts[k] <= 0 {

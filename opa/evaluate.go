@@ -373,7 +373,7 @@ func (r *request) candidates(cands []Candidate) error {
 	r.scratch.grow(len(cands))
 	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)
-	index := r.e.nodeIndex.Of(r.invGen.Value, inventoryNodes, len(cands))
+	index := r.e.nodeIndex.Of(r.invGen.Value)
 	nameKey := &ast.Term{} // one lookup key for all candidates
 	known := func(name string) ast.Value {
 		if index != nil {

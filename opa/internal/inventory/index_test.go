@@ -7,56 +7,118 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// TestIndexLetsOldNodesGo: the index is built by a request large enough,
-// serves its generation only, never goes back to an older generation, and
-// an outdated one is dropped by the next small request rather than keeping
-// replaced Nodes alive.
-func TestIndexLetsOldNodesGo(t *testing.T) {
-	nodes := func(n int) ast.Object {
-		obj := ast.NewObject()
-		for i := range n {
-			name := fmt.Sprintf("n%02d", i)
-			obj.Insert(ast.StringTerm(name), ast.ObjectTerm(ast.Item(ast.StringTerm("metadata"),
-				ast.ObjectTerm(ast.Item(ast.StringTerm("name"), ast.StringTerm(name))))))
+// TestIndexAdvances: the writer's index serves its generation only, and
+// after every kind of write (Nodes changed, added, removed; none; all
+// re-cut; a generation it missed)
+// finds exactly the Node objects the store holds, as an index built anew
+// would.
+func TestIndexAdvances(t *testing.T) {
+	node := func(name string, v int) *ast.Term {
+		return ast.ObjectTerm(ast.Item(ast.StringTerm("metadata"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
+			ast.Item(ast.StringTerm("labels"), ast.ObjectTerm(ast.Item(ast.StringTerm("v"), ast.IntNumberTerm(v)))))))
+	}
+	model := map[string]int{} // the store's Nodes, as each label
+	set := func(name string, v int) { model[name] = v }
+	for i := range 400 {
+		set(fmt.Sprintf("n%03d", i), 0)
+	}
+	// store is the Nodes object the store holds: unchanged Nodes keep
+	// their values from write to write, as in the store.
+	values := map[string]*ast.Term{}
+	store := func() ast.Object {
+		obj := ast.NewObject(ast.Item(ast.StringTerm("odd"), ast.StringTerm("not a Node object")))
+		for name, v := range model {
+			if t := values[name]; t == nil || !t.Equal(node(name, v)) {
+				values[name] = node(name, v)
+			}
+			obj.Insert(ast.StringTerm(name), values[name])
 		}
-		obj.Insert(ast.StringTerm("odd"), ast.StringTerm("not a Node object"))
 		return obj
 	}
-	gen := func(n int) ast.Value { return ast.InternedTerm(n).Value }
-	var c IndexCache
-
-	for _, step := range []struct {
-		name       string
-		gen        int
-		candidates int
-		want       int // generation of the index held after the step; 0: none
-		served     bool
-	}{
-		{name: "small request, nothing built", gen: 1, candidates: 2},
-		{name: "large request builds", gen: 1, candidates: minIndexedCandidates, want: 1, served: true},
-		{name: "small request of the same generation is served", gen: 1, candidates: 2, want: 1, served: true},
-		{name: "a request of an older generation never replaces it", gen: 0, candidates: minIndexedCandidates, want: 1, served: true},
-		{name: "small request of a newer generation drops it", gen: 2, candidates: 2},
-		{name: "large request of the newer generation builds", gen: 2, candidates: minIndexedCandidates, want: 2, served: true},
-	} {
-		idx := c.Of(gen(step.gen), nodes(minIndexedCandidates), step.candidates)
-		if (idx != nil) != step.served {
-			t.Fatalf("%s: served %v, want %v", step.name, idx != nil, step.served)
+	names := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("n%03d", i))
 		}
-		if idx != nil {
-			if idx.Node("n00") == nil || idx.Node("odd") != nil || idx.Node("absent") != nil {
-				t.Fatalf("%s: the index holds the wrong Nodes: %v", step.name, idx.byName)
+		return out
+	}
+	var c IndexCache
+	gen := uint64(0)
+	for _, step := range []struct {
+		name  string
+		write func() []string // changes store, returns the names written
+		whole bool
+		skip  bool // the commit's Advance is missed
+	}{
+		{name: "the first index", write: func() []string { return nil }},
+		{name: "labels changed", write: func() []string {
+			set("n001", 1)
+			set("n002", 1)
+			return []string{"n001", "n002"}
+		}},
+		{name: "a Node removed, one added", write: func() []string {
+			delete(model, "n003")
+			set("new", 1)
+			return []string{"n003", "new"}
+		}},
+		{name: "another kind changed", write: func() []string { return nil }},
+		{name: "the removed Node back", write: func() []string {
+			set("n003", 2)
+			return []string{"n003"}
+		}},
+		{name: "a generation missed", skip: true, write: func() []string {
+			set("n004", 3)
+			return []string{"n004"}
+		}},
+		{name: "after the miss, built anew", write: func() []string {
+			set("n005", 3)
+			return []string{"n005"}
+		}},
+		{name: "every Node cut anew", whole: true, write: func() []string {
+			for _, n := range names(0, 400) {
+				set(n, 4)
+			}
+			return nil
+		}},
+		{name: "many changed", write: func() []string {
+			for _, n := range names(0, 90) {
+				set(n, 5)
+			}
+			return names(0, 90)
+		}},
+		{name: "then one removed", write: func() []string {
+			delete(model, "n100")
+			return []string{"n100"}
+		}},
+	} {
+		prev := gen
+		written := step.write()
+		gen++
+		if c.Of(GenerationValue(gen)) != nil {
+			t.Fatalf("%s: an index for generation %d before its Advance", step.name, gen)
+		}
+		if step.skip {
+			continue
+		}
+		nodes := store()
+		c.Advance(GenerationValue(prev), GenerationValue(gen), nodes, written, step.whole)
+		idx := c.Of(GenerationValue(gen))
+		if idx == nil {
+			t.Fatalf("%s: no index for generation %d", step.name, gen)
+		}
+		if c.Of(GenerationValue(prev)) != nil {
+			t.Fatalf("%s: the index serves generation %d too", step.name, prev)
+		}
+		want := build(GenerationValue(gen), nodes)
+		for _, name := range append(names(0, 400), "new", "odd", "absent") {
+			got, exp := idx.Node(name), want.Node(name)
+			if (got == nil) != (exp == nil) || got != nil && got.Compare(exp) != 0 {
+				t.Fatalf("%s: Node(%s) = %v, want %v", step.name, name, got, exp)
 			}
 		}
-		held := c.cur.Load()
-		switch {
-		case step.want == 0 && held != nil:
-			t.Fatalf("%s: the outdated index (generation %v) is still held", step.name, held.generation)
-		case step.want != 0 && (held == nil || held.generation.Compare(gen(step.want)) != 0):
-			t.Fatalf("%s: held %+v, want generation %d", step.name, held, step.want)
-		}
 	}
-	if c.Of(nil, nodes(1), minIndexedCandidates) != nil || c.Of(gen(3), nil, minIndexedCandidates) != nil {
-		t.Fatal("an index without a generation or Nodes")
+	if c.Of(nil) != nil {
+		t.Fatal("an index for no generation")
 	}
 }

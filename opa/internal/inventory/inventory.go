@@ -76,6 +76,9 @@ type Written struct {
 	Counts map[string]int
 	// Changed are the kinds whose stored objects changed, by Key.
 	Changed map[string]bool
+	// Nodes names the Nodes whose stored value changed (added, replaced
+	// or removed), for the node index (IndexCache.Advance).
+	Nodes []string
 	// Refused are the changes not written.
 	Refused []*policy.ApplyError
 }
@@ -98,6 +101,9 @@ func (i *Inventory) Write(ctx context.Context, txn storage.Transaction, changes 
 		w.Counts[key] += delta
 		if changed {
 			w.Changed[key] = true
+			if IsNode(ref) {
+				w.Nodes = append(w.Nodes, ref.Name)
+			}
 		}
 	}
 	return w
@@ -186,10 +192,19 @@ func (i *Inventory) Bump(ctx context.Context, txn storage.Transaction, changedKi
 		return 0, fmt.Errorf("store inventory kinds' generations: %w", err)
 	}
 	gen := i.generation + 1
-	if err := i.store.Write(ctx, txn, storage.ReplaceOp, GenerationPath, ast.InternedTerm(int(gen)).Value); err != nil {
+	if err := i.store.Write(ctx, txn, storage.ReplaceOp, GenerationPath, GenerationValue(gen)); err != nil {
 		return 0, fmt.Errorf("store inventory generation: %w", err)
 	}
 	return gen, nil
+}
+
+// GenerationValue is generation g as the store holds it at GenerationPath;
+// nil for 0, which the store never holds.
+func GenerationValue(g uint64) ast.Value {
+	if g == 0 {
+		return nil
+	}
+	return ast.InternedTerm(int(g)).Value
 }
 
 // Committed records, once a commit is done, the generation it wrote, the
