@@ -32,20 +32,24 @@
 // A large live heap is the other end: at 5000 kubelet-sized Nodes with a
 // memo filled by one-off pods the live heap reaches 54 to 62 MiB, GOGC 75
 // lets 40 to 46 MiB of garbage pile up on top of it, and RSS reached 151
-// to 160 MiB. MaxGrowth bounds that pile (DefaultMaxGrowth, 32 MiB;
+// to 160 MiB. MaxGrowth bounds that pile (DefaultMaxGrowth, 24 MiB;
 // --gc-heap-max-growth-bytes) where the floor does not already set the
 // goal: in four alternated runs of 40 s of half one-off pods at 5000
 // candidates under 20 Node heartbeats a second (bench/cmd/loadgen
 // -policy-set realistic -nodes 5000 -verbs cycle -node-files 10 -churn 20
 // -churn-kind heartbeat -one-off 0.5 -duration 40s -service BIN
-// --gc-heap-max-growth-bytes=0 or the default) RSS after the run went
+// --gc-heap-max-growth-bytes=0 or 33554432) RSS after the run went
 // from 150.8 and 160.1 MiB to 145.3 and 142.8 (the highest during the run
 // 156.8 and 160.1 to 145.8 and 145.4), with 40 and 37 collections instead
 // of 28 and 26, and the same CPU per call within the noise (3.32 and 3.43
-// against 2.86 and 3.22 ms). Under 46 MiB of live heap nothing changes
-// with these defaults (the floor or GOGC sets the goal as before): at 500
-// candidates the same 12 to 15 collections in 10 s either way. A 24 MiB bound
-// collected a sixth more often again for about 5 MiB less RSS (139.4).
+// against 2.86 and 3.22 ms). 32 MiB left that run at 144.8 to 151.2 MiB in
+// later runs (60 s), on the target's edge; 24 MiB, in two alternated runs
+// of 60 s each against 32, gave 141.2 and 138.7 against 146.6 and 144.3,
+// with 55 and 58 collections a minute against 40 and 38 and CPU per cycle
+// 3.19 and 3.16 against 3.33 and 3.66 ms (p99 8.1 and 8.2 against 7.9 and
+// 8.2). Under 46 MiB of live heap nothing changes with these defaults
+// (the floor or GOGC sets the goal as before): at 500 candidates the same
+// 12 to 15 collections in 10 s either way.
 //
 // The floor works as the runtime allows, from outside: after each cycle
 // (a cleanup on a sentinel object runs once per cycle that finds it dead)
@@ -83,7 +87,7 @@ const Default = 80 << 20
 
 // DefaultMaxGrowth is the service's bound on the heap's growth between
 // collections (--gc-heap-max-growth-bytes).
-const DefaultMaxGrowth = 32 << 20
+const DefaultMaxGrowth = 24 << 20
 
 // DefaultPercent is the GOGC the service runs at when the GOGC environment
 // variable is unset (SetDefaultPercent).

@@ -22,7 +22,7 @@ func TestPercentFor(t *testing.T) {
 		{"a tiny heap is capped", 64 * mib, 0, 1024, 100, maxPercent},
 		{"no reading yet", 64 * mib, 0, 0, 100, 100},
 		{"an operator's tiny GOGC stays", 64 * mib, 0, 80 * mib, 5, 5},
-		// 80 MiB floor, 32 MiB growth, GOGC 75: the service's defaults.
+		// 80 MiB floor, 32 MiB growth, GOGC 75.
 		{"growth bound, small heap: the floor", 80 * mib, 32 * mib, 20 * mib, 75, 300},
 		{"growth bound, GOGC's goal within it", 80 * mib, 32 * mib, 40 * mib, 75, 100},
 		{"growth bound, the floor above live+growth", 80 * mib, 32 * mib, 46 * mib, 75, 73},
