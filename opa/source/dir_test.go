@@ -422,11 +422,7 @@ func TestDirWatchScansOnChange(t *testing.T) {
 	}
 	rec := &recorder{objects: map[string]string{}}
 	d := NewDir(root, rec, DirOptions{Interval: time.Hour, VerifyInterval: time.Hour})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { d.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runDir(t, d)
 	waitFor(t, "the first scan", func() bool { return rec.keys() == "Node/a=1" })
 
 	write(t, filepath.Join(root, "more.yaml"), nodeYAML("b", "1"))

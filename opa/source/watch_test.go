@@ -93,11 +93,7 @@ func TestDirWatchRescansOnlyWhatChanged(t *testing.T) {
 		defer d.mu.Unlock()
 		return d.scans
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { d.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runDir(t, d)
 	waitFor(t, "the first scan", func() bool { return rec.keys() == "Node/a=1,Node/b=1" })
 	first := wholeScans()
 
@@ -141,11 +137,7 @@ func TestDirWatchVerifiesBetweenWholeScans(t *testing.T) {
 	write(t, filepath.Join(root, "b.yaml"), nodeYAML("b", "1"))
 	rec := &recorder{objects: map[string]string{}}
 	d := NewDir(root, rec, DirOptions{Interval: 5 * time.Millisecond, FullScanInterval: time.Hour, VerifyInterval: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { d.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runDir(t, d)
 	waitFor(t, "the first scan", func() bool { return rec.keys() == "Node/a=1,Node/b=1" })
 	d.mu.Lock()
 	first := d.scans
@@ -167,4 +159,12 @@ func TestDirWatchVerifiesBetweenWholeScans(t *testing.T) {
 	if d.scans != first {
 		t.Errorf("%d whole scans, want none", d.scans-first)
 	}
+}
+
+// runDir runs d until the test ends.
+func runDir(t *testing.T, d *Dir) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
