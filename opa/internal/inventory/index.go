@@ -79,11 +79,11 @@ func (c *IndexCache) Advance(prev, gen ast.Value, nodes ast.Object, changed []st
 
 // build indexes every Node of nodes.
 func build(gen ast.Value, nodes ast.Object) *Index {
-	idx := &Index{generation: gen, byName: map[string]ast.Value{}}
 	if nodes == nil {
-		return idx
+		nodes = ast.NewObject()
 	}
-	idx.byName = make(map[string]ast.Value, nodes.Len())
+	// byName is never nil: Advance clones it and writes to the clone.
+	idx := &Index{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
 	nodes.Foreach(func(k, v *ast.Term) {
 		if name, ok := k.Value.(ast.String); ok {
 			if node := nodeAt(v); node != nil {
