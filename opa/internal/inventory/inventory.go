@@ -90,54 +90,86 @@ func (i *Inventory) Write(ctx context.Context, txn storage.Transaction, changes 
 		i.prepareNodeCodec(changes)
 	}
 	w := Written{Counts: map[string]int{}, Changed: map[string]bool{}}
+	// The Nodes' writes are counted apart and count once they are stored.
+	nodes := Written{Counts: map[string]int{}, Changed: map[string]bool{}}
+	var nodeRefs []policy.ObjectRef
+	nw := i.nodeWrites(ctx, txn)
 	for _, ch := range changes {
 		ref, _ := ch.Ref()
-		delta, changed, err := i.write(ctx, txn, ch, view, raw)
+		delta, changed, err := i.write(ctx, txn, ch, view, raw, nw)
 		if err != nil {
 			w.Refused = append(w.Refused, &policy.ApplyError{Ref: ref, Err: err})
 			continue
 		}
-		key := Key(ref.GroupVersionKind)
-		w.Counts[key] += delta
-		if changed {
-			w.Changed[key] = true
-			if IsNode(ref) {
-				w.Nodes = append(w.Nodes, ref.Name)
-			}
+		into := &w
+		if IsNode(ref) {
+			into = &nodes
+			nodeRefs = append(nodeRefs, ref)
 		}
+		into.count(ref, delta, changed)
 	}
+	if err := nw.flush(ctx, i.store, txn); err != nil {
+		for _, ref := range nodeRefs {
+			w.Refused = append(w.Refused, &policy.ApplyError{Ref: ref, Err: err})
+			delete(raw, ref.Name) // the kept copy stays the stored one's
+		}
+		return w
+	}
+	for k, d := range nodes.Counts {
+		w.Counts[k] += d
+	}
+	for k := range nodes.Changed {
+		w.Changed[k] = true
+	}
+	w.Nodes = nodes.Nodes
 	return w
 }
 
-// write applies one inventory change inside txn and reports how the
-// object count changed (+1 added, -1 removed, 0 replaced or absent) and
-// whether what the store holds changed. A write of the value the store
-// holds already (a Node whose heartbeat is all that changed, once cut to
-// what policies read; an informer's resync) writes nothing: what keys on
-// the inventory's state stays valid.
-func (i *Inventory) write(ctx context.Context, txn storage.Transaction, ch policy.Change, view View, raw map[string][]byte) (delta int, changed bool, err error) {
+// count records one written object.
+func (w *Written) count(ref policy.ObjectRef, delta int, changed bool) {
+	key := Key(ref.GroupVersionKind)
+	w.Counts[key] += delta
+	if changed {
+		w.Changed[key] = true
+		if IsNode(ref) {
+			w.Nodes = append(w.Nodes, ref.Name)
+		}
+	}
+}
+
+// write applies one inventory change inside txn (a Node's to nw, which
+// the caller flushes) and reports how the object count changed (+1 added,
+// -1 removed, 0 replaced or absent) and whether what the store holds
+// changed. A write of the value the store holds already (a Node whose
+// heartbeat is all that changed, once cut to what policies read; an
+// informer's resync) writes nothing: what keys on the inventory's state
+// stays valid.
+func (i *Inventory) write(ctx context.Context, txn storage.Transaction, ch policy.Change, view View, raw map[string][]byte, nw *nodeWrites) (delta int, changed bool, err error) {
 	ref, _ := ch.Ref()
 	path := Path(ref.GroupVersionKind, ref.Namespace, ref.Name)
-	old, err := i.store.Read(ctx, txn, path)
-	exists := err == nil
-	if err != nil && !storage.IsNotFound(err) {
-		return 0, false, fmt.Errorf("read inventory: %w", err)
+	isNode := IsNode(ref)
+	var old ast.Value
+	var exists bool
+	if isNode {
+		old, exists = nw.value(ref.Name)
+	} else if old, exists, err = i.held(ctx, txn, path); err != nil {
+		return 0, false, err
 	}
 	if ch.Object == nil {
 		if !exists {
 			return 0, false, nil
 		}
-		if err := i.store.Write(ctx, txn, storage.RemoveOp, path, nil); err != nil {
-			return 0, false, fmt.Errorf("remove from inventory: %w", err)
-		}
-		if IsNode(ref) {
+		if isNode {
+			nw.set(ref.Name, nil)
 			raw[ref.Name] = nil
+		} else if err := i.store.Write(ctx, txn, storage.RemoveOp, path, nil); err != nil {
+			return 0, false, fmt.Errorf("remove from inventory: %w", err)
 		}
 		return -1, true, nil
 	}
 	content := WithoutManagedFields(ch.Object.Object)
 	var value ast.Value
-	if IsNode(ref) {
+	if isNode {
 		value, err = i.keepNode(ref.Name, content, view, raw)
 	} else {
 		value, err = ast.InterfaceToValue(content)
@@ -145,22 +177,52 @@ func (i *Inventory) write(ctx context.Context, txn storage.Transaction, ch polic
 	if err != nil {
 		return 0, false, fmt.Errorf("convert object: %w", err)
 	}
+	if exists && old.Compare(value) == 0 {
+		return 0, false, nil
+	}
+	if isNode {
+		nw.set(ref.Name, value)
+	} else if err := i.put(ctx, txn, path, value, exists); err != nil {
+		return 0, false, err
+	}
 	if exists {
-		if held, ok := old.(ast.Value); ok && held.Compare(value) == 0 {
-			return 0, false, nil
-		}
-		if err := i.store.Write(ctx, txn, storage.ReplaceOp, path, value); err != nil {
-			return 0, false, fmt.Errorf("write inventory: %w", err)
-		}
 		return 0, true, nil
 	}
+	return 1, true, nil
+}
+
+// held is the value the store holds at path in txn; false when none.
+func (i *Inventory) held(ctx context.Context, txn storage.Transaction, path storage.Path) (ast.Value, bool, error) {
+	v, err := i.store.Read(ctx, txn, path)
+	if storage.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read inventory: %w", err)
+	}
+	held, ok := v.(ast.Value)
+	if !ok {
+		// Not an AST value: never equal to one, so it is replaced.
+		return ast.Null{}, true, nil
+	}
+	return held, true, nil
+}
+
+// put writes value at path in txn, replacing what exists there.
+func (i *Inventory) put(ctx context.Context, txn storage.Transaction, path storage.Path, value ast.Value, exists bool) error {
+	if exists {
+		if err := i.store.Write(ctx, txn, storage.ReplaceOp, path, value); err != nil {
+			return fmt.Errorf("write inventory: %w", err)
+		}
+		return nil
+	}
 	if err := storage.MakeDir(ctx, i.store, txn, path[:len(path)-1]); err != nil {
-		return 0, false, fmt.Errorf("make inventory path: %w", err)
+		return fmt.Errorf("make inventory path: %w", err)
 	}
 	if err := i.store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
-		return 0, false, fmt.Errorf("write inventory: %w", err)
+		return fmt.Errorf("write inventory: %w", err)
 	}
-	return 1, true, nil
+	return nil
 }
 
 // Bump writes, in txn, the generations that change with a commit: each
