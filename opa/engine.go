@@ -199,7 +199,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	o, err := sdk.New(ctx, sdk.Options{
 		ID:            "opa-scheduler-extender",
 		Config:        bytes.NewReader(config),
-		Store:         e.store,
+		Store:         sdkStore{e.store},
 		Logger:        logging.NewNoOpLogger(),
 		ConsoleLogger: logging.NewNoOpLogger(),
 		ManagerOpts:   []func(*plugins.Manager){func(m *plugins.Manager) { mgr = m }},
