@@ -41,6 +41,10 @@ type call struct {
 	// othersRan: while the call's goroutine was runnable, how long each
 	// goroutine that held a processor ran, by its root function.
 	othersRan map[string]time.Duration
+	// blockedBy: the blocked time by why and where the goroutine blocked
+	// (the transition's reason and the first frame outside the runtime
+	// and the sync packages).
+	blockedBy map[string]time.Duration
 }
 
 func (c *call) dur() time.Duration { return time.Duration(c.end - c.start) }
@@ -50,6 +54,8 @@ type gState struct {
 	state trace.GoState
 	since trace.Time
 	open  *call
+	// blockedAt: why and where the goroutine last blocked.
+	blockedAt string
 	// assistSince, sweepSince: the open assist or sweep range, 0 if none.
 	assistSince, sweepSince trace.Time
 	// root is the goroutine's root function, from the first stack of it
@@ -145,6 +151,9 @@ func read(path, verb string) ([]*call, error) {
 			}
 			s.account(now)
 			s.state = to
+			if to == trace.GoWaiting || to == trace.GoSyscall {
+				s.blockedAt = blockSite(st.Reason, st.Stack)
+			}
 			if to == trace.GoRunning {
 				running[id] = s
 			} else {
@@ -201,6 +210,23 @@ func read(path, verb string) ([]*call, error) {
 	return calls, nil
 }
 
+// blockSite names a block by its reason and the innermost frame outside
+// the runtime, sync and poll packages: the code that waited.
+func blockSite(reason string, stack trace.Stack) string {
+	site := "?"
+	for f := range stack.Frames() {
+		if !strings.HasPrefix(f.Func, "runtime.") && !strings.HasPrefix(f.Func, "sync.") &&
+			!strings.HasPrefix(f.Func, "internal/") && !strings.HasPrefix(f.Func, "syscall.") {
+			site = f.Func
+			break
+		}
+	}
+	if reason == "" {
+		reason = "syscall"
+	}
+	return reason + " in " + site
+}
+
 // rootOf is the outermost function of stack, "?" for an empty one.
 func rootOf(stack trace.Stack) string {
 	root := "?"
@@ -247,6 +273,10 @@ func (s *gState) account(now trace.Time) {
 			s.open.runnable += d
 		case trace.GoWaiting, trace.GoSyscall:
 			s.open.blocked += d
+			if s.open.blockedBy == nil {
+				s.open.blockedBy = map[string]time.Duration{}
+			}
+			s.open.blockedBy[s.blockedAt] += d
 		}
 	}
 	s.since = now
@@ -300,16 +330,23 @@ func report(w io.Writer, calls []*call) {
 		if len(gr.cs) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "- %s: %s\n", gr.name, othersRan(gr.cs))
+		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.othersRan }))
+	}
+	fmt.Fprintln(w, "\nWhile the call was blocked, mean ms per call by why and where:")
+	for _, gr := range groups {
+		if len(gr.cs) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.blockedBy }))
 	}
 }
 
-// othersRan is the mean time per call each root function ran while the
-// calls waited, the largest first.
-func othersRan(cs []*call) string {
+// meanBy is the mean time per call under each key of the map that of
+// gives for a call, the largest first.
+func meanBy(cs []*call, of func(*call) map[string]time.Duration) string {
 	sum := map[string]time.Duration{}
 	for _, c := range cs {
-		for k, d := range c.othersRan {
+		for k, d := range of(c) {
 			sum[k] += d
 		}
 	}
