@@ -8,7 +8,9 @@
 // means for all calls, for the calls at or above the 99th percentile, and
 // for those between the 45th and 55th, so that the tail can be read
 // against the median; the slowest are also split into those beside a
-// mark phase and the others:
+// mark phase and the others. For each group it also says who held a
+// processor while the calls waited for one, and why and where the calls
+// were blocked (a lock such as the store's, a write of the answer):
 //
 //	loadgen -trace /tmp/t- ... && tracetail /tmp/t-filter-names-500.trace
 package main

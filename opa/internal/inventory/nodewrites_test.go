@@ -176,8 +176,19 @@ func distinct(ns []string) int {
 //
 //	go test -run '^$' -bench NodeWrites ./opa/internal/inventory/
 func BenchmarkNodeWrites(b *testing.B) {
-	for _, n := range []int{1, nodeRebuildAt - 1, nodeRebuildAt, 10} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+	rebuildAt := nodeRebuildAt
+	defer func() { nodeRebuildAt = rebuildAt }()
+	for _, tc := range []struct {
+		n         int
+		rebuildAt int
+		how       string
+	}{
+		{1, rebuildAt, "in place"}, {rebuildAt - 1, rebuildAt, "in place"}, {rebuildAt, rebuildAt, "rebuilt"},
+		{10, rebuildAt, "rebuilt"}, {10, 1 << 30, "in place"},
+	} {
+		n := tc.n
+		b.Run(fmt.Sprintf("nodes=%d/%s", n, tc.how), func(b *testing.B) {
+			nodeRebuildAt = tc.rebuildAt
 			ctx := context.Background()
 			store := inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 			inv := New(store)
