@@ -74,6 +74,9 @@ func (w *nodeWrites) flush(ctx context.Context, store storage.Store, txn storage
 	nodes := w.rebuilt()
 	var op storage.PatchOp = storage.ReplaceOp
 	if w.held == nil {
+		if nodes.Len() == 0 {
+			return nil // Nodes added and removed within the commit: none to hold
+		}
 		if err := storage.MakeDir(ctx, store, txn, NodesPath[:len(NodesPath)-1]); err != nil {
 			return fmt.Errorf("make inventory path: %w", err)
 		}

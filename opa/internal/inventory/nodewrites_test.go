@@ -51,6 +51,8 @@ func TestNodeWrites(t *testing.T) {
 		// want: the last commit's count change and changed Nodes.
 		wantDelta   int
 		wantChanged []string
+		// wantNone: the store holds no Nodes object at all.
+		wantNone bool
 	}{
 		{name: "first Nodes, few", commits: [][]policy.Change{relabel("a", names(0, 2)...)},
 			wantDelta: 2, wantChanged: names(0, 2)},
@@ -71,6 +73,9 @@ func TestNodeWrites(t *testing.T) {
 		{name: "added then removed in one commit", commits: [][]policy.Change{relabel("a", names(0, 20)...),
 			append(relabel("a", "n40", "n41", "n42", "n43"), nodeDelete("n40"))},
 			wantDelta: 3, wantChanged: []string{"n40", "n41", "n42", "n43", "n40"}},
+		{name: "none yet: added and removed in one commit", commits: [][]policy.Change{
+			append(relabel("a", "n40", "n41", "n42", "n43"), nodeDelete("n40"), nodeDelete("n41"), nodeDelete("n42"), nodeDelete("n43"))},
+			wantChanged: []string{"n40", "n41", "n42", "n43", "n40", "n41", "n42", "n43"}, wantNone: true},
 		{name: "written twice in one commit", commits: [][]policy.Change{relabel("a", names(0, 20)...),
 			append(relabel("b", names(0, 5)...), relabel("c", "n00")...)},
 			wantChanged: []string{"n00", "n01", "n02", "n03", "n04", "n00"}},
@@ -117,7 +122,10 @@ func TestNodeWrites(t *testing.T) {
 					model[ch.Object.GetName()] = ch.Object.GetLabels()["v"]
 				}
 			}
-			got, _ := nodesIn(t, store)
+			got, held := nodesIn(t, store)
+			if tc.wantNone && held {
+				t.Errorf("the store holds a Nodes object %v, want none", got)
+			}
 			gotModel := map[string]string{}
 			if got != nil {
 				got.Foreach(func(k, v *ast.Term) {
