@@ -20,6 +20,9 @@ import (
 // per commit.
 type sdkStore struct{ storage.Store }
 
+var _ storage.Store = sdkStore{}
+
+// Register registers config's trigger on the store, without conversion.
 func (s sdkStore) Register(ctx context.Context, txn storage.Transaction, config storage.TriggerConfig) (storage.TriggerHandle, error) {
 	config.SkipDataConversion = true
 	return s.Store.Register(ctx, txn, config)
