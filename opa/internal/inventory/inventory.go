@@ -182,7 +182,7 @@ func (i *Inventory) write(ctx context.Context, txn storage.Transaction, ch polic
 	}
 	if isNode {
 		nw.set(ref.Name, value)
-	} else if err := i.put(ctx, txn, path, value, exists); err != nil {
+	} else if err := put(ctx, i.store, txn, path, value, exists); err != nil {
 		return 0, false, err
 	}
 	if exists {
@@ -209,17 +209,17 @@ func (i *Inventory) held(ctx context.Context, txn storage.Transaction, path stor
 }
 
 // put writes value at path in txn, replacing what exists there.
-func (i *Inventory) put(ctx context.Context, txn storage.Transaction, path storage.Path, value ast.Value, exists bool) error {
+func put(ctx context.Context, store storage.Store, txn storage.Transaction, path storage.Path, value ast.Value, exists bool) error {
 	if exists {
-		if err := i.store.Write(ctx, txn, storage.ReplaceOp, path, value); err != nil {
+		if err := store.Write(ctx, txn, storage.ReplaceOp, path, value); err != nil {
 			return fmt.Errorf("write inventory: %w", err)
 		}
 		return nil
 	}
-	if err := storage.MakeDir(ctx, i.store, txn, path[:len(path)-1]); err != nil {
+	if err := storage.MakeDir(ctx, store, txn, path[:len(path)-1]); err != nil {
 		return fmt.Errorf("make inventory path: %w", err)
 	}
-	if err := i.store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
+	if err := store.Write(ctx, txn, storage.AddOp, path, value); err != nil {
 		return fmt.Errorf("write inventory: %w", err)
 	}
 	return nil

@@ -100,12 +100,8 @@ func (w *nodeWrites) writeEach(ctx context.Context, store storage.Store, txn sto
 			err = store.Write(ctx, txn, storage.RemoveOp, path, nil)
 		case v == nil:
 			continue // added and removed within the commit
-		case existed:
-			err = store.Write(ctx, txn, storage.ReplaceOp, path, v)
 		default:
-			if err = storage.MakeDir(ctx, store, txn, NodesPath); err == nil {
-				err = store.Write(ctx, txn, storage.AddOp, path, v)
-			}
+			err = put(ctx, store, txn, path, v, existed)
 		}
 		if err != nil {
 			return fmt.Errorf("write node %s: %w", name, err)
