@@ -545,7 +545,7 @@ func (e *Engine) advanceNodeIndex(ctx context.Context, prev, gen uint64, changed
 	}
 	defer e.store.Abort(ctx, txn)
 	nodes, _ := e.inv.Value(ctx, txn, inventory.NodesPath).(ast.Object)
-	e.nodeIndex.Advance(inventory.GenerationValue(prev), inventory.GenerationValue(gen), nodes, changed, whole)
+	e.nodeIndex.Advance(inventory.GenerationValue(prev), inventory.GenerationValue(gen), nodes, changed, whole, e.names)
 }
 
 // commit writes policies and inventory in one store transaction and

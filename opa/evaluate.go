@@ -374,10 +374,11 @@ func (r *request) candidates(cands []Candidate) error {
 	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)
 	index := r.e.nodeIndex.Of(r.invGen.Value)
+	r.numberSlots(cands)
 	nameKey := &ast.Term{} // one lookup key for all candidates
-	known := func(name string) ast.Value {
+	known := func(i int, name string) ast.Value {
 		if index != nil {
-			return index.Node(name)
+			return index.NodeNumbered(name, r.slotNums[i], r.numGen)
 		}
 		if inventoryNodes != nil {
 			nameKey.Value = ast.String(name)
@@ -393,11 +394,11 @@ func (r *request) candidates(cands []Candidate) error {
 		s := &r.slots[i]
 		s.name = c.Name
 		if c.Object == nil && c.JSON == nil {
-			s.value = known(c.Name)
+			s.value = known(i, c.Name)
 			continue
 		}
 		var err error
-		if s.value, s.fromRequest, err = r.requestNode(c, known(c.Name)); err != nil {
+		if s.value, s.fromRequest, err = r.requestNode(c, known(i, c.Name)); err != nil {
 			return err
 		}
 		r.override = true
@@ -412,6 +413,17 @@ func (r *request) candidates(cands []Candidate) error {
 		r.nodes = ast.NewTerm(nodes)
 	}
 	return nil
+}
+
+// numberSlots numbers the candidates' names (memo.Names, for the node
+// classes and the node index) into r.slotNums, under r.numGen.
+func (r *request) numberSlots(cands []Candidate) {
+	names := r.scratch.names
+	for i, c := range cands {
+		names[i] = c.Name
+	}
+	r.slotNums = r.scratch.slotNums
+	r.numGen = r.e.names.IDs(names, r.slotNums)
 }
 
 // requestNode is the value a Node sent with the request stands for: cut to
@@ -695,13 +707,10 @@ func (r *request) addStats() {
 // pass under one read lock for the inventory nodes already classified.
 func (r *request) nodeClasses(bc *policyset.BoundConstraint, p *Placement) []int {
 	if r.slotValues == nil {
-		names := r.scratch.names
 		r.slotValues = r.scratch.slotValues
 		for i, s := range r.slots {
-			names[i], r.slotValues[i] = s.name, s.value
+			r.slotValues[i] = s.value
 		}
-		r.slotNums = r.scratch.slotNums
-		r.numGen = r.e.names.IDs(names, r.slotNums)
 	}
 	ids, aux := r.scratch.classIDs, r.scratch.classAux
 	clear(ids)

@@ -22,15 +22,115 @@ import (
 // 5000 Nodes), with those Nodes replaced. A request that finds no index
 // for its generation (one reading between a commit and the Advance after
 // it) looks its Nodes up directly.
+//
+// Requests also number the names they are sent (package memo's Names,
+// whose table holds the very strings the service read them into, so
+// that finding them compares pointers), and the index keeps the Nodes it
+// found by that number (NodeNumbered): looking a name up in byName reads
+// the map's own copy of the name, a string of the store's somewhere in
+// the heap, and 500 candidates' such reads were a twentieth of a
+// replica's cycle, mostly cache misses. The numbered slots are filled by
+// the requests, on first need, and carried to the next generation's
+// index but for the Nodes the commit wrote.
 
 // Index maps each Node's name to its value, for one inventory generation.
 type Index struct {
 	generation ast.Value
-	byName     map[string]ast.Value // Node objects only; never written once stored
+	byName     map[string]*ast.Term // terms of Node objects only; never written once stored
+	// byNum holds the terms byName gave for the names numbered under
+	// numGen, by number: nil where none was looked up, absentNode where
+	// byName has none. Written by requests, once per slot and index
+	// (racing writers store the same term).
+	numGen uint64
+	byNum  []atomic.Pointer[ast.Term]
 }
 
+// absentNode marks a numbered name that names no Node.
+var absentNode = &ast.Term{}
+
 // Node is the Node named name, nil when absent.
-func (idx *Index) Node(name string) ast.Value { return idx.byName[name] }
+func (idx *Index) Node(name string) ast.Value {
+	if t := idx.byName[name]; t != nil {
+		return t.Value
+	}
+	return nil
+}
+
+// NodeNumbered is Node(name) for a name that numbering gen numbers num
+// (Numbering): found by number after its first lookup.
+func (idx *Index) NodeNumbered(name string, num int32, gen uint64) ast.Value {
+	if gen != idx.numGen || num < 0 || int(num) >= len(idx.byNum) {
+		return idx.Node(name)
+	}
+	slot := &idx.byNum[num]
+	t := slot.Load()
+	if t == nil {
+		if t = idx.byName[name]; t == nil {
+			t = absentNode
+		}
+		slot.Store(t)
+	}
+	if t == absentNode {
+		return nil
+	}
+	return t.Value
+}
+
+// Numbering is how requests number node names (package memo's Names):
+// a name's number is fixed within a generation of the numbering.
+type Numbering interface {
+	// Size is how many names are numbered, and the generation.
+	Size() (n int, gen uint64)
+	// Numbered is the number of name, if it has one, and the generation.
+	Numbered(name string) (num int32, gen uint64, ok bool)
+}
+
+// numberedSlack is how many names may be numbered after an index is
+// made and still find their Nodes by number in it (the rest look them
+// up by name until the next commit); maxSparseNumbers bounds, as a
+// multiple of the index's Nodes, the numbers it keeps slots for: a
+// numbering that grew with names long gone is not worth a slot each.
+const (
+	numberedSlack    = 1024
+	maxSparseNumbers = 4
+)
+
+// numberFrom gives idx its numbered slots: old's, for the numbering
+// generation it had, but for the Nodes named in changed; empty when the
+// numbering started over (or old is nil). The copy comes before the
+// changed names are looked up: a changed name numbered after its lookup
+// was numbered after the copy too, so no slot of it was copied.
+func (idx *Index) numberFrom(old *Index, changed []string, nums Numbering) {
+	if nums == nil {
+		return
+	}
+	n, gen := nums.Size()
+	size := n + n/8 + numberedSlack
+	if size > maxSparseNumbers*len(idx.byName)+numberedSlack {
+		return
+	}
+	idx.numGen, idx.byNum = gen, make([]atomic.Pointer[ast.Term], size)
+	if old == nil || old.numGen != gen {
+		return
+	}
+	for i := range min(len(old.byNum), size) {
+		if t := old.byNum[i].Load(); t != nil {
+			idx.byNum[i].Store(t)
+		}
+	}
+	for _, name := range changed {
+		num, g, ok := nums.Numbered(name)
+		switch {
+		case g != gen:
+			// Started over since Size: numbers of this generation mean
+			// other names; none of the slots can be trusted.
+			clear(idx.byNum)
+			return
+		case ok && int(num) < size:
+			idx.byNum[num].Store(nil)
+		}
+	}
+}
 
 // IndexCache holds the index of the newest generation.
 type IndexCache struct{ cur atomic.Pointer[Index] }
@@ -51,29 +151,32 @@ func (c *IndexCache) Of(gen ast.Value) *Index {
 // and changed names every Node the commit wrote, anew otherwise (whole:
 // every Node was cut anew; the first index; a generation missed). Only
 // the writer calls it, one commit after the other.
-func (c *IndexCache) Advance(prev, gen ast.Value, nodes ast.Object, changed []string, whole bool) {
+func (c *IndexCache) Advance(prev, gen ast.Value, nodes ast.Object, changed []string, whole bool, nums Numbering) {
 	if gen == nil {
 		return
 	}
 	old := c.cur.Load()
 	if whole || old == nil || prev == nil || old.generation.Compare(prev) != 0 {
-		c.cur.Store(build(gen, nodes))
+		next := build(gen, nodes)
+		next.numberFrom(nil, nil, nums)
+		c.cur.Store(next)
 		return
 	}
 	next := &Index{generation: gen, byName: maps.Clone(old.byName)}
 	key := &ast.Term{}
 	for _, name := range changed {
-		var v ast.Value
+		var t *ast.Term
 		if nodes != nil {
 			key.Value = ast.String(name)
-			v = nodeAt(nodes.Get(key))
+			t = nodeAt(nodes.Get(key))
 		}
-		if v == nil {
+		if t == nil {
 			delete(next.byName, name)
 		} else {
-			next.byName[name] = v
+			next.byName[name] = t
 		}
 	}
+	next.numberFrom(old, changed, nums)
 	c.cur.Store(next)
 }
 
@@ -83,7 +186,7 @@ func build(gen ast.Value, nodes ast.Object) *Index {
 		nodes = ast.NewObject()
 	}
 	// byName is never nil: Advance clones it and writes to the clone.
-	idx := &Index{generation: gen, byName: make(map[string]ast.Value, nodes.Len())}
+	idx := &Index{generation: gen, byName: make(map[string]*ast.Term, nodes.Len())}
 	nodes.Foreach(func(k, v *ast.Term) {
 		if name, ok := k.Value.(ast.String); ok {
 			if node := nodeAt(v); node != nil {
@@ -94,13 +197,13 @@ func build(gen ast.Value, nodes ast.Object) *Index {
 	return idx
 }
 
-// nodeAt is the Node object t holds, nil when none.
-func nodeAt(t *ast.Term) ast.Value {
+// nodeAt is t when it holds a Node object, nil otherwise.
+func nodeAt(t *ast.Term) *ast.Term {
 	if t == nil {
 		return nil
 	}
 	if _, ok := t.Value.(ast.Object); !ok {
 		return nil
 	}
-	return t.Value
+	return t
 }

@@ -5,13 +5,17 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/memo"
 )
 
 // TestIndexAdvances: the writer's index serves its generation only, and
 // after every kind of write (Nodes changed, added, removed; none; all
-// re-cut; a generation it missed)
-// finds exactly the Node objects the store holds, as an index built anew
-// would.
+// re-cut; a generation it missed) finds exactly the Node objects the store
+// holds, as an index built anew would: by name, and by the requests'
+// numbers, whose slots it fills on first need and carries over but for
+// the Nodes written, and whose numbering may start over before or after
+// the index is made.
 func TestIndexAdvances(t *testing.T) {
 	node := func(name string, v int) *ast.Term {
 		return ast.ObjectTerm(ast.Item(ast.StringTerm("metadata"), ast.ObjectTerm(
@@ -44,12 +48,25 @@ func TestIndexAdvances(t *testing.T) {
 		return out
 	}
 	var c IndexCache
+	nums := memo.NewNames(1000)
+	renumber := func() { // numbers enough new names to start the numbering over
+		_, gen := nums.Size()
+		for i := 0; ; i++ {
+			if _, g := nums.Size(); g != gen {
+				return
+			}
+			nums.IDs([]string{fmt.Sprintf("gone-%d-%d", gen, i)}, make([]int32, 1))
+		}
+	}
 	gen := uint64(0)
 	for _, step := range []struct {
 		name  string
 		write func() []string // changes store, returns the names written
 		whole bool
 		skip  bool // the commit's Advance is missed
+		// renumberBefore and renumberAfter start the numbering over
+		// before the Advance, or after it (before the lookups).
+		renumberBefore, renumberAfter bool
 	}{
 		{name: "the first index", write: func() []string { return nil }},
 		{name: "labels changed", write: func() []string {
@@ -91,6 +108,19 @@ func TestIndexAdvances(t *testing.T) {
 			delete(model, "n100")
 			return []string{"n100"}
 		}},
+		{name: "numbering started over before the write", renumberBefore: true, write: func() []string {
+			set("n006", 6)
+			return []string{"n006"}
+		}},
+		{name: "numbering started over after the write", renumberAfter: true, write: func() []string {
+			set("n007", 6)
+			return []string{"n007"}
+		}},
+		{name: "relabelled after both", write: func() []string {
+			set("n001", 7)
+			set("n100", 7)
+			return []string{"n001", "n100"}
+		}},
 	} {
 		prev := gen
 		written := step.write()
@@ -102,7 +132,13 @@ func TestIndexAdvances(t *testing.T) {
 			continue
 		}
 		nodes := store()
-		c.Advance(GenerationValue(prev), GenerationValue(gen), nodes, written, step.whole)
+		if step.renumberBefore {
+			renumber()
+		}
+		c.Advance(GenerationValue(prev), GenerationValue(gen), nodes, written, step.whole, nums)
+		if step.renumberAfter {
+			renumber()
+		}
 		idx := c.Of(GenerationValue(gen))
 		if idx == nil {
 			t.Fatalf("%s: no index for generation %d", step.name, gen)
@@ -111,11 +147,33 @@ func TestIndexAdvances(t *testing.T) {
 			t.Fatalf("%s: the index serves generation %d too", step.name, prev)
 		}
 		want := build(GenerationValue(gen), nodes)
-		for _, name := range append(names(0, 400), "new", "odd", "absent") {
-			got, exp := idx.Node(name), want.Node(name)
-			if (got == nil) != (exp == nil) || got != nil && got.Compare(exp) != 0 {
-				t.Fatalf("%s: Node(%s) = %v, want %v", step.name, name, got, exp)
+		all := append(names(0, 400), "new", "odd", "absent")
+		ids := make([]int32, len(all))
+		numGen := nums.IDs(all, ids)
+		for pass := range 2 { // the first fills the numbered slots
+			for i, name := range all {
+				exp := want.Node(name)
+				for how, got := range []ast.Value{idx.Node(name), idx.NodeNumbered(name, ids[i], numGen)} {
+					if (got == nil) != (exp == nil) || got != nil && got.Compare(exp) != 0 {
+						t.Fatalf("%s, pass %d: lookup %d of %s = %v, want %v", step.name, pass, how, name, got, exp)
+					}
+				}
 			}
+		}
+		filled := 0
+		for i := range idx.byNum {
+			if idx.byNum[i].Load() != nil {
+				filled++
+			}
+		}
+		// Slots filled in the step before and carried over are read, not
+		// filled again: a stale one fails the lookups above.
+		if wantFilled := len(all); step.renumberAfter {
+			if idx.numGen == numGen {
+				t.Fatalf("%s: the index takes numbers of another numbering", step.name)
+			}
+		} else if filled != wantFilled || idx.numGen != numGen {
+			t.Fatalf("%s: %d numbered slots filled, want %d (one per name looked up)", step.name, filled, wantFilled)
 		}
 	}
 	if c.Of(nil) != nil {

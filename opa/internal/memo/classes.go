@@ -55,6 +55,22 @@ func (n *Names) IDs(names []string, out []int32) uint64 {
 	return n.gen
 }
 
+// Size is how many names are numbered, and the numbering's generation.
+func (n *Names) Size() (int, uint64) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.ids), n.gen
+}
+
+// Numbered is the number of name, if it has one, and the numbering's
+// generation; it numbers nothing.
+func (n *Names) Numbered(name string) (num int32, gen uint64, ok bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	num, ok = n.ids[name]
+	return num, n.gen, ok
+}
+
 // Classes gives each node the class of its projection onto the node paths
 // one constraint reads: nodes whose projections are equal share a class,
 // and so share memo results. Class ids are never reused, so a reset only
