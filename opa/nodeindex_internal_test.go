@@ -22,11 +22,7 @@ import (
 // request builds one.
 func TestNodeIndexFollowsWrites(t *testing.T) {
 	ctx := context.Background()
-	e, err := New(ctx, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
+	e := newInternalEngine(t)
 	template := func(kind, label string) string {
 		name := strings.ToLower(kind)
 		return `

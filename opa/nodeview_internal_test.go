@@ -13,6 +13,20 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
 )
 
+// newInternalEngine is an engine with default options, closed when the
+// test ends: the internal tests' own, as package opa_test's newEngine
+// cannot be called from package opa.
+func newInternalEngine(t *testing.T) *Engine {
+	t.Helper()
+	ctx := context.Background()
+	e, err := New(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(ctx) })
+	return e
+}
+
 func mustObj(t *testing.T, y string) *unstructured.Unstructured {
 	t.Helper()
 	var m map[string]any
@@ -25,11 +39,7 @@ func mustObj(t *testing.T, y string) *unstructured.Unstructured {
 // The store holds the cut, the engine the whole Node.
 func TestStoreHoldsNodesCut(t *testing.T) {
 	ctx := context.Background()
-	e, err := New(ctx, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
+	e := newInternalEngine(t)
 	objs := []*unstructured.Unstructured{
 		mustObj(t, `
 apiVersion: templates.gatekeeper.sh/v1
