@@ -97,13 +97,15 @@ type Engine struct {
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[policyset.Snapshot]
-	// nodeIndex finds inventory Nodes by name (internal/inventory).
+	// nodeIndex finds inventory Nodes by name, or by the number names
+	// gives the name (internal/inventory).
 	nodeIndex inventory.IndexCache
 	// memo holds verdicts for every constraint, each under its owner id.
 	memo *memo.Memo[[]verdict.Result]
 	// helpers holds the answers of helpers keyed apart (helper.go).
 	helpers *memo.Memo[bool]
-	names   *memo.Names
+	// names numbers node names for the node classes and the node index.
+	names *memo.Names
 	// recent are the last answers, for the next verb of the same
 	// scheduling cycle (reuse.go).
 	recent recent
