@@ -12,14 +12,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"runtime"
 	"runtime/metrics"
 	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -458,15 +456,9 @@ type counters struct {
 // counters, after a collection (the phase starts with a clean heap).
 func processCounters(e *opa.Engine) func() (counters, error) {
 	return func() (counters, error) {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			return counters{}, fmt.Errorf("getrusage: %w", err)
-		}
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		return counters{stats: e.Stats(), mallocs: ms.Mallocs, allocBytes: ms.TotalAlloc, gcs: uint64(ms.NumGC), cpu: cpu}, nil
+		c, err := ownCounters()
+		c.stats = e.Stats()
+		return c, err
 	}
 }
 

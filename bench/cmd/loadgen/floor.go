@@ -1,15 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,20 +40,29 @@ import (
 // a call and has no collector, no garbage and no variance of its own.
 // Set to the service's CPU per request, it says how much of the
 // service's tail is the machine's.
+//
+// With -service the floor runs as the service does, in a process of its
+// own (this binary, -serve-floor): two processes, two runtimes and a
+// socket between them, which the in-process floor leaves out.
 type floorServer struct {
 	mu      sync.Mutex
 	answers map[string][]byte // by path: /filter, /prioritize
 	cpu     time.Duration     // CPU time spent per request (-floor-cpu)
 	base    string
 	srv     *http.Server
+	// controlled: the server also takes floorAnswerPath and
+	// floorCountersPath requests (-serve-floor).
+	controlled bool
 }
 
-func startFloor(cpu time.Duration) (*floorServer, error) {
+// startFloor starts a floor server spending cpu per request; controlled
+// makes it take its answers and give its counters over HTTP too.
+func startFloor(cpu time.Duration, controlled bool) (*floorServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	f := &floorServer{answers: map[string][]byte{}, cpu: cpu, base: "http://" + ln.Addr().String()}
+	f := &floorServer{answers: map[string][]byte{}, cpu: cpu, base: "http://" + ln.Addr().String(), controlled: controlled}
 	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
 	return f, nil
@@ -53,7 +70,36 @@ func startFloor(cpu time.Duration) (*floorServer, error) {
 
 func (f *floorServer) stop() { _ = f.srv.Close() }
 
+func (f *floorServer) url() string { return f.base }
+
+func (f *floorServer) setAnswers(answers map[string][]byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers = answers
+	return nil
+}
+
+// floorTarget is a floor server: in this process (floorServer) or in one
+// of its own (floorProcess).
+type floorTarget interface {
+	url() string
+	// setAnswers sets the answer to each path's requests.
+	setAnswers(map[string][]byte) error
+	stop()
+}
+
+// Paths of a floor process's own requests, apart from the measured ones:
+// PUT floorAnswerPath+"/filter" sets the answer to /filter; GET
+// floorCountersPath gives its processCounters as JSON.
+const (
+	floorAnswerPath   = "/-/answer"
+	floorCountersPath = "/-/counters"
+)
+
 func (f *floorServer) serve(w http.ResponseWriter, r *http.Request) {
+	if f.control(w, r) {
+		return
+	}
 	_, err := io.Copy(io.Discard, r.Body)
 	f.mu.Lock()
 	answer, ok := f.answers[r.URL.Path]
@@ -69,17 +115,175 @@ func (f *floorServer) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer)
 }
 
-// floorScenarios times every scenario of rep again against a floor server,
-// its answers taken from the service at c for the probe's pod, and adds
-// the results to rep as "floor <verb>" rows.
-func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
-	fs, err := startFloor(f.floorCPU)
+// control serves a floor process's own requests (only a floor that
+// serves -serve-floor takes them); false for any other request.
+func (f *floorServer) control(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case !f.controlled:
+		return false
+	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, floorAnswerPath+"/"):
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return true
+		}
+		f.mu.Lock()
+		f.answers[strings.TrimPrefix(r.URL.Path, floorAnswerPath)] = b
+		f.mu.Unlock()
+	case r.Method == http.MethodGet && r.URL.Path == floorCountersPath:
+		c, err := ownCounters()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return true
+		}
+		_ = json.NewEncoder(w).Encode(floorCounters{CPUNs: int64(c.cpu), Mallocs: c.mallocs, AllocBytes: c.allocBytes, GCs: c.gcs})
+	default:
+		return false
+	}
+	return true
+}
+
+// floorCounters are a floor process's counters, as it sends them.
+type floorCounters struct {
+	CPUNs      int64  `json:"cpu_ns"`
+	Mallocs    uint64 `json:"mallocs"`
+	AllocBytes uint64 `json:"alloc_bytes"`
+	GCs        uint64 `json:"gcs"`
+}
+
+// ownCounters are this process's runtime counters and CPU time, after a
+// collection.
+func ownCounters() (counters, error) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return counters{}, fmt.Errorf("getrusage: %w", err)
+	}
+	return counters{mallocs: ms.Mallocs, allocBytes: ms.TotalAlloc, gcs: uint64(ms.NumGC), cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}, nil
+}
+
+// serveFloor is -serve-floor: a floor server that takes its answers over
+// HTTP, its address written as the first line of standard output. It
+// stops when standard input closes (the load generator that started it
+// ended).
+func serveFloor(cpu time.Duration) error {
+	fs, err := startFloor(cpu, true)
 	if err != nil {
 		return err
 	}
 	defer fs.stop()
-	fc := newClient(fs.base, f.concurrency)
-	fc.counters, fc.memory, fc.nodeSize, fc.noMetrics, fc.inProcess = c.counters, c.memory, c.nodeSize, true, true
+	fmt.Println(fs.base)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// floorProcess is a floor server in a process of its own: this binary
+// with -serve-floor.
+type floorProcess struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	base  string
+}
+
+func startFloorProcess(cpu time.Duration) (*floorProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-serve-floor", "-floor-cpu", cpu.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the floor process: %w", err)
+	}
+	p := &floorProcess{cmd: cmd, stdin: stdin}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "http://") {
+		p.stop()
+		return nil, fmt.Errorf("the floor process gave no address (%q): %v", line, err)
+	}
+	p.base = strings.TrimSpace(line)
+	return p, nil
+}
+
+func (p *floorProcess) url() string { return p.base }
+
+func (p *floorProcess) stop() {
+	_ = p.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (p *floorProcess) setAnswers(answers map[string][]byte) error {
+	for path, b := range answers {
+		req, err := http.NewRequest(http.MethodPut, p.base+floorAnswerPath+path, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("set the floor's answer to %s: HTTP %d", path, resp.StatusCode)
+		}
+	}
+	return nil
+}
+
+// counters reads the floor process's counters.
+func (p *floorProcess) counters() (counters, error) {
+	resp, err := http.Get(p.base + floorCountersPath)
+	if err != nil {
+		return counters{}, err
+	}
+	defer resp.Body.Close()
+	var fc floorCounters
+	if err := json.NewDecoder(resp.Body).Decode(&fc); err != nil {
+		return counters{}, fmt.Errorf("the floor process's counters: %w", err)
+	}
+	return counters{cpu: time.Duration(fc.CPUNs), mallocs: fc.Mallocs, allocBytes: fc.AllocBytes, gcs: fc.GCs}, nil
+}
+
+// floorScenarios times every scenario of rep again against a floor server,
+// its answers taken from the service at c for the probe's pod, and adds
+// the results to rep as "floor <verb>" rows. With -service the floor runs
+// in a process of its own, and the rows' counters are that process's.
+func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
+	var fs floorTarget
+	readCounters := c.counters
+	if f.service != "" {
+		p, err := startFloorProcess(f.floorCPU)
+		if err != nil {
+			return err
+		}
+		fs, readCounters = p, p.counters
+	} else {
+		s, err := startFloor(f.floorCPU, false)
+		if err != nil {
+			return err
+		}
+		fs = s
+	}
+	defer fs.stop()
+	fc := newClient(fs.url(), f.concurrency)
+	fc.counters, fc.memory, fc.nodeSize, fc.noMetrics, fc.inProcess = readCounters, c.memory, c.nodeSize, true, f.service == ""
 	measured := len(rep.Scenarios)
 	for _, res := range rep.Scenarios[:measured] {
 		s := scenario{verb: res.Verb, full: res.Mode == "nodes", nodes: res.Nodes}
@@ -89,9 +293,9 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 		if err != nil {
 			return err
 		}
-		fs.mu.Lock()
-		fs.answers = answers
-		fs.mu.Unlock()
+		if err := fs.setAnswers(answers); err != nil {
+			return err
+		}
 		out, err := fc.run(ctx, s, f)
 		if err != nil {
 			return errors.Join(errors.New("floor "+s.name()), err)

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,5 +44,54 @@ func TestFloorCPUFlagChecks(t *testing.T) {
 				t.Fatalf("check() = %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestControlledFloor: a floor process's server takes its answers and
+// gives its counters over HTTP, and answers the measured paths with what
+// it was given; a floor of this process takes no such requests.
+func TestControlledFloor(t *testing.T) {
+	fs, err := startFloor(0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.stop()
+	post := func(base, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(`{"Pod":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := post(fs.url(), "/filter"); code != http.StatusNotFound {
+		t.Fatalf("/filter before its answer was set: HTTP %d", code)
+	}
+	p := &floorProcess{base: fs.url()}
+	if err := p.setAnswers(map[string][]byte{"/filter": []byte(`{"NodeNames":["a"]}`), "/prioritize": []byte(`[]`)}); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"/filter": `{"NodeNames":["a"]}`, "/prioritize": `[]`} {
+		if code, got := post(fs.url(), path); code != http.StatusOK || got != want {
+			t.Fatalf("%s: HTTP %d %q, want %q", path, code, got, want)
+		}
+	}
+	before, err := p.counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.cpu <= 0 || before.mallocs == 0 || before.gcs == 0 {
+		t.Fatalf("counters %+v: want CPU time, allocations and the collection they were read after", before)
+	}
+
+	inProcess, err := startFloor(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inProcess.stop()
+	if err := (&floorProcess{base: inProcess.url()}).setAnswers(map[string][]byte{"/filter": []byte(`{}`)}); err == nil {
+		t.Fatal("a floor of this process took an answer over HTTP")
 	}
 }

@@ -77,6 +77,9 @@ type flags struct {
 	// floorCPU: the CPU time it spends per request.
 	floor    bool
 	floorCPU time.Duration
+	// serveFloor: only serve a floor (the floor process of -floor with
+	// -service).
+	serveFloor bool
 	// churn is how many Node updates a second are written during the
 	// scenarios (0: a still cluster), churnKind what they change;
 	// nodeFiles how many Nodes one file of -service's folder holds (0:
@@ -120,7 +123,8 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
 	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
 	fs.DurationVar(&f.floorCPU, "floor-cpu", 0, "with -floor: CPU time the floor server spends on each request before answering, on the request's thread and without allocating (e.g. the service's CPU ms/req): the floor rows then show the tail this machine gives that much work with no collector and no garbage")
-	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server in this process that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"; not with -service)")
+	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"); in this process, or with -service in a process of its own, as the service runs")
+	fs.BoolVar(&f.serveFloor, "serve-floor", false, "serve only a floor server, its address the first line of standard output, until standard input closes: the process -floor starts with -service")
 	fs.StringVar(&f.service, "service", "", "measure this opa-scheduler-extender binary, run as its own process in folder mode on a policy folder written for it (the policy set, the namespaces, the nodes), instead of the engine and server in this process: the service as it ships, with its own garbage collector (without -peer, -footprint, -cpuprofile, -memprofile, which are this process's)")
 	fs.Int64Var(&f.gcHeapFloor, "gc-heap-floor", heapfloor.Default, "the in-process service's heap floor in bytes, as the service's --gc-heap-floor-bytes sets it (0: none; the in-process service keeps the default growth bound); with -service, passed to the service when given")
 	fs.IntVar(&f.evalParallelism, "eval-parallelism", 0, "goroutines one request evaluates a new pod's memo misses on, as the service's --eval-parallelism sets it (0: the engine's default, GOMAXPROCS); with -service, passed to the service when given")
@@ -237,14 +241,14 @@ func (f *flags) check() error {
 	if len(f.nodes) == 0 && len(f.fullNodes) == 0 {
 		return errors.New("no scenario: -nodes and -full-nodes are both empty")
 	}
-	if f.floorCPU < 0 || (f.floorCPU > 0 && !f.floor) {
+	if f.floorCPU < 0 || (f.floorCPU > 0 && !f.floor && !f.serveFloor) {
 		return errors.New("-floor-cpu must be positive and goes with -floor")
 	}
 	if _, ok := threadCPU(); f.floorCPU > 0 && !ok {
 		return errors.New("-floor-cpu needs a per-thread CPU clock (CLOCK_THREAD_CPUTIME_ID), which this system does not give")
 	}
-	if f.service != "" && (f.peer || f.footprint || f.floor || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
-		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false (and no -floor), and profile the service through its /debug/pprof")
+	if f.service != "" && (f.peer || f.footprint || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
+		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false, and profile the service through its /debug/pprof")
 	}
 	return nil
 }
@@ -295,6 +299,9 @@ func run() error {
 	f, err := parseFlags()
 	if err != nil {
 		return err
+	}
+	if f.serveFloor {
+		return serveFloor(f.floorCPU)
 	}
 	dirs := perf.Dirs{Library: f.library, Examples: f.examples, Realistic: f.realistic}
 	if err := dirs.Check(); err != nil {
@@ -444,11 +451,17 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 			return err
 		}
 	}
-	if _, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn); err != nil {
+	c, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn)
+	if err != nil {
 		return err
 	}
 	if r := folder.Rendered(); r > 0 {
 		logf("%d Node updates rendered during the run (past the prerendered ones)", r)
+	}
+	if f.floor {
+		if err := floorScenarios(ctx, f, c, rep); err != nil {
+			return err
+		}
 	}
 	return finish(f, rep)
 }
