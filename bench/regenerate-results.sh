@@ -44,7 +44,7 @@ SCENARIOS=(
 	"realistic|the realistic mix through the load generator, the service as its own process: filter and a cycle at 500 and 5000 candidates, three runs"
 	"realistic-engines|the realistic mix with the library's dual templates on CEL (the default, as in Gatekeeper) and on Rego (--enable-k8s-native-validation=false), alternated, two runs each"
 	"realistic-inprocess|the same in the load generator's process, and the floor: the same requests answered without the engine, then after 250 µs of CPU each"
-	"churn|the realistic mix under Node churn (20 heartbeats or label flips a second), one kind: List file, a Namespace-reading template"
+	"churn|the realistic mix under Node churn (20 heartbeats or label flips a second), one kind: List file, a Namespace-reading template; the still cycle at 500 against the floor in a process of its own"
 	"mix|issue 5's mix (16 library templates and the 4 examples, 20 constraints), the service as its own process"
 	"peer|time per pod against Gatekeeper's constraint framework (mix and realistic), same verdicts; the framework's own microbenchmarks"
 	"footprint|memory of the service as a process (folder mode) at 1000, 5000 and 10000 Nodes, and of Gatekeeper's framework holding the same"
@@ -150,6 +150,10 @@ scenario_churn() {
 	build || return
 	local c=(-policy-set realistic -duration "$CHURN_DUR" -nodes 500,5000 -verbs cycle)
 	loadgen_service "${c[@]}" -node-files 10
+	# Still at 500 again, then the floor in a process of its own spending
+	# about the service's CPU per cycle: what two processes on this
+	# machine take of that cycle with no engine, collector or garbage.
+	loadgen_service -policy-set realistic -duration "$CHURN_DUR" -nodes 500 -inventory 5000 -verbs cycle -node-files 10 -floor -floor-cpu 250us
 	loadgen_service "${c[@]}" -node-files 10 -churn 20 -churn-kind heartbeat
 	loadgen_service "${c[@]}" -node-files 10 -churn 20 -churn-kind labels
 	loadgen_service "${c[@]}" -node-files 0
