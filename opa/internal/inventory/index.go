@@ -85,11 +85,14 @@ type Numbering interface {
 	Numbered(name string) (num int32, gen uint64, ok bool)
 }
 
-// numberedSlack is how many names may be numbered after an index is
-// made and still find their Nodes by number in it (the rest look them
-// up by name until the next commit); maxSparseNumbers bounds, as a
-// multiple of the index's Nodes, the numbers it keeps slots for: a
-// numbering that grew with names long gone is not worth a slot each.
+// An index keeps a slot for each number given so far and for as many
+// again as it has Nodes, plus numberedSlack: every Node of the index
+// numbered after it was made (a still cluster's first calls, whose
+// candidates change from call to call) still finds its slot; names
+// numbered past that look their Nodes up by name until the next commit.
+// maxSparseNumbers bounds, as a multiple of the index's Nodes, the
+// numbers given so far: a numbering that grew with names long gone is not
+// worth a slot each.
 const (
 	numberedSlack    = 1024
 	maxSparseNumbers = 4
@@ -105,10 +108,10 @@ func (idx *Index) numberFrom(old *Index, changed []string, nums Numbering) {
 		return
 	}
 	n, gen := nums.Size()
-	size := n + n/8 + numberedSlack
-	if size > maxSparseNumbers*len(idx.byName)+numberedSlack {
+	if n > maxSparseNumbers*len(idx.byName)+numberedSlack {
 		return
 	}
+	size := n + len(idx.byName) + numberedSlack
 	idx.numGen, idx.byNum = gen, make([]atomic.Pointer[ast.Term], size)
 	if old == nil || old.numGen != gen {
 		return

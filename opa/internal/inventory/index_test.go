@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -178,5 +179,42 @@ func TestIndexAdvances(t *testing.T) {
 	}
 	if c.Of(nil) != nil {
 		t.Fatal("an index for no generation")
+	}
+}
+
+// TestIndexSlotsForNodesNumberedLater: an index made before any call
+// numbered its Nodes (a still cluster, loaded then asked) keeps a slot
+// for every one of them, numbered in any order afterwards, beyond the
+// slack for names it does not know.
+func TestIndexSlotsForNodesNumberedLater(t *testing.T) {
+	const n = 3 * numberedSlack
+	nodes := ast.NewObject()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
+		nodes.Insert(ast.StringTerm(names[i]), ast.ObjectTerm(ast.Item(ast.StringTerm("i"), ast.IntNumberTerm(i))))
+	}
+	nums := memo.NewNames(10 * n)
+	var c IndexCache
+	c.Advance(nil, GenerationValue(1), nodes, nil, true, nums)
+	idx := c.Of(GenerationValue(1))
+	// Calls number names the index does not know first, then its Nodes
+	// from the last to the first.
+	unknown := make([]string, numberedSlack/2)
+	for i := range unknown {
+		unknown[i] = fmt.Sprintf("gone-%d", i)
+	}
+	nums.IDs(unknown, make([]int32, len(unknown)))
+	slices.Reverse(names)
+	ids := make([]int32, n)
+	gen := nums.IDs(names, ids)
+	for i, name := range names {
+		want := nodes.Get(ast.StringTerm(name)).Value
+		if got := idx.NodeNumbered(name, ids[i], gen); got == nil || got.Compare(want) != 0 {
+			t.Fatalf("NodeNumbered(%s) = %v, want %v", name, got, want)
+		}
+		if int(ids[i]) >= len(idx.byNum) || idx.byNum[ids[i]].Load() == nil {
+			t.Fatalf("%s (number %d of %d slots) found by name, not kept by number", name, ids[i], len(idx.byNum))
+		}
 	}
 }
