@@ -6,9 +6,12 @@
 // kept aside, deflated (package internal/compact), for the next cut. A
 // commit that writes many Nodes stores them as one new Nodes object, so
 // that the store's commit, which requests wait for, does not walk every
-// Node once per Node written (nodewrites.go).
+// Node once per Node written (nodewrites.go). The node index finds each
+// generation's Nodes by name, or by the number a request's numbering gives
+// the name (index.go).
 //
 // It knows nothing of templates, constraints, the memo or a request: the
-// engine (package opa) says which paths its policy set reads of a Node and
-// calls Inventory with its write lock held.
+// engine (package opa) says which paths its policy set reads of a Node,
+// which numbering its requests use, and calls Inventory with its write
+// lock held.
 package inventory
