@@ -369,6 +369,9 @@ type workerResult struct {
 // answer has arrived.
 func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error) {
 	b := perf.NewArgsOf(c.nodeSize, s.nodes, s.full)
+	if f.rotate && !s.full {
+		b = perf.NewRotatingArgs(s.nodes, f.maxNodes())
+	}
 	if err := c.probe(ctx, s, f, b); err != nil {
 		return Scenario{}, err
 	}

@@ -79,6 +79,9 @@ type Config struct {
 	// FloorCPU is the CPU time the floor server spent per request
 	// (-floor-cpu), when it spent some.
 	FloorCPU string `json:"floorCPU,omitempty"`
+	// Rotate: the names-only calls named successive windows of the
+	// inventory (-rotate), not the same first Nodes.
+	Rotate bool `json:"rotate,omitempty"`
 }
 
 func (f *flags) config() Config {
@@ -104,6 +107,7 @@ func (f *flags) config() Config {
 	if f.service != "" {
 		c.NodeFiles = f.nodeFiles
 	}
+	c.Rotate = f.rotate
 	return c
 }
 
@@ -315,7 +319,14 @@ func printMarkdown(w io.Writer, r *Report) {
 		r.Load.PolicySet, r.Load.Templates, r.Load.Constraints, r.Load.DenyConstraints, r.Load.Nodes, r.Load.NodeSize, r.Load.NodeJSONBytes,
 		r.Load.Namespaces, r.Config.Duration, r.Config.Warmup, r.Config.Concurrency, 100*r.Config.OneOffShare, floor, parallelism)
 	if r.Config.FloorCPU != "" {
-		fmt.Fprintf(w, "Floor rows: a server in this process that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", r.Config.FloorCPU)
+		where := "in this process"
+		if r.Load.Service != "" {
+			where = "in a process of its own"
+		}
+		fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", where, r.Config.FloorCPU)
+	}
+	if r.Config.Rotate {
+		fmt.Fprintf(w, "Candidates: each names-only call names the next window of its node count through the %d Nodes, as kube-scheduler's cycles do (-rotate).\n\n", r.Load.Nodes)
 	}
 	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
