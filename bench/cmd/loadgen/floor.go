@@ -83,7 +83,8 @@ func (f *floorServer) setAnswers(answers map[string][]byte) error {
 // of its own (floorProcess).
 type floorTarget interface {
 	url() string
-	// setAnswers sets the answer to each path's requests.
+	// setAnswers sets the answer to each path's requests (a path it
+	// leaves out may keep an earlier answer).
 	setAnswers(map[string][]byte) error
 	stop()
 }

@@ -78,12 +78,12 @@ func TestControlledFloor(t *testing.T) {
 			t.Fatalf("%s: HTTP %d %q, want %q", path, code, got, want)
 		}
 	}
-	before, err := p.counters()
+	got, err := p.counters()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.cpu <= 0 || before.mallocs == 0 || before.gcs == 0 {
-		t.Fatalf("counters %+v: want CPU time, allocations and the collection they were read after", before)
+	if got.cpu <= 0 || got.mallocs == 0 || got.gcs == 0 {
+		t.Fatalf("counters %+v: want CPU time, allocations and the collection they were read after", got)
 	}
 
 	inProcess, err := startFloor(0, false)
