@@ -107,7 +107,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&raw.verbs, "verbs", "filter,prioritize", "extender verbs to replay: filter, prioritize, and cycle (filter then prioritize for the same pod, timed together: what kube-scheduler asks per pod; prioritize gets the nodes the filter passed, and is not sent when fewer than two did, as kube-scheduler does)")
 	fs.IntVar(&f.concurrency, "concurrency", 1, "requests in flight (the scheduler sends one at a time)")
 	fs.IntVar(&f.inventory, "inventory", 0, "nodes in the engine's inventory (0: the largest node count of -nodes, -full-nodes and -peer-nodes)")
-	fs.BoolVar(&f.rotate, "rotate", false, "names-only scenarios send each call the next window of their node count through the inventory, as kube-scheduler's filter starts where the last cycle stopped (default: the same first Nodes every call)")
+	fs.BoolVar(&f.rotate, "rotate", true, "names-only scenarios send each call the next window of their node count through the inventory, as kube-scheduler's filter starts where the last cycle stopped (false: the same first Nodes every call)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.policySet, "policy-set", perf.SetMix, `policies: "mix" (16 library Pod templates + the 4 placement examples, 20 constraints), "all" (49 library templates + 4 examples, one sample constraint each) or "realistic" (every library template with one sample constraint, all warn here, + the 5 placement templates of testdata/realistic, 3 of them deny)`)
 	fs.StringVar(&raw.nodeSize, "node-size", "", `Node objects: "small" (3.6 KB of JSON each) or "kubelet" (what a kubelet reports, 30 to 50 images, about 10 KB); empty: "kubelet" for -policy-set realistic, else "small"`)

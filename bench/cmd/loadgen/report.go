@@ -327,6 +327,8 @@ func printMarkdown(w io.Writer, r *Report) {
 	}
 	if r.Config.Rotate {
 		fmt.Fprintf(w, "Candidates: each names-only call names the next window of its node count through the %d Nodes, as kube-scheduler's cycles do (-rotate).\n\n", r.Load.Nodes)
+	} else {
+		fmt.Fprintf(w, "Candidates: every names-only call names the same first Nodes of the %d (-rotate=false).\n\n", r.Load.Nodes)
 	}
 	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
