@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCommOf(t *testing.T) {
+	for task, want := range map[string]string{
+		"svc[1887/1884]":         "svc",
+		"kworker/u8:1-ev[35]":    "kworker/u8:1-ev",
+		"<idle>":                 "<idle>",
+		"memfd:sealed-91[32156]": "memfd:sealed-91",
+	} {
+		if got := commOf(task); got != want {
+			t.Errorf("commOf(%q) = %q, want %q", task, got, want)
+		}
+	}
+}
+
+func TestParseRefusesWhatIsNotTimehist(t *testing.T) {
+	for name, text := range map[string]string{
+		"cpu":          "     100.000200 [00x0]  svc[10/9]   0.000  0.000  1.000\n",
+		"milliseconds": "     100.000200 [0000]  svc[10/9]   0.000  0.000  1.0.0\n",
+	} {
+		if _, err := parse(strings.NewReader(text)); err == nil {
+			t.Errorf("%s: parsed %q without an error", name, text)
+		}
+	}
+}
+
+// A client woken while the server runs on its CPU waits for it there,
+// while the other CPU is idle: the break-down says so.
+func TestQueuedBehindTheServer(t *testing.T) {
+	f, err := os.Open("testdata/queued.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outs, err := parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 4 {
+		t.Fatalf("parsed %d switch-outs, want 4 (headers and the wakeup skipped): %+v", len(outs), outs)
+	}
+	var sum, down bytes.Buffer
+	summarize(&sum, outs)
+	breakDown(&down, outs, "lg", 300*time.Microsecond)
+	for _, want := range []string{
+		"| svc | 1.0 | 1 | 0.0 | 0 | 0 | 0 |",
+		"| lg | 1.2 | 1 | 0.8 | 1 | 1 | 0 |",
+	} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum.String())
+		}
+	}
+	if strings.Contains(sum.String(), "kworker") {
+		t.Errorf("summary lists a process that neither ran nor waited a millisecond:\n%s", sum.String())
+	}
+	for _, want := range []string{
+		"lg: 1 waits of 300µs or more, 0.8 ms in all",
+		"| svc | 0.8 | 0.0 |",
+		"| <idle> | 0.0 | 0.8 |",
+	} {
+		if !strings.Contains(down.String(), want) {
+			t.Errorf("break-down lacks %q:\n%s", want, down.String())
+		}
+	}
+	var none bytes.Buffer
+	breakDown(&none, outs, "lg", 2*time.Millisecond)
+	if !strings.Contains(none.String(), "no wait of 2ms or more") {
+		t.Errorf("break-down over 2ms: %s", none.String())
+	}
+}
