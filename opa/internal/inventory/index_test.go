@@ -163,7 +163,7 @@ func TestIndexAdvances(t *testing.T) {
 		}
 		filled := 0
 		for i := range idx.byNum {
-			if idx.byNum[i].Load() != nil {
+			if idx.byNum[i].state.Load() != slotEmpty {
 				filled++
 			}
 		}
@@ -213,7 +213,7 @@ func TestIndexSlotsForNodesNumberedLater(t *testing.T) {
 		if got := idx.NodeNumbered(name, ids[i], gen); got == nil || got.Compare(want) != 0 {
 			t.Fatalf("NodeNumbered(%s) = %v, want %v", name, got, want)
 		}
-		if int(ids[i]) >= len(idx.byNum) || idx.byNum[ids[i]].Load() == nil {
+		if int(ids[i]) >= len(idx.byNum) || idx.byNum[ids[i]].state.Load() != slotFilled {
 			t.Fatalf("%s (number %d of %d slots) found by name, not kept by number", name, ids[i], len(idx.byNum))
 		}
 	}
