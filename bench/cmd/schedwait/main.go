@@ -37,11 +37,12 @@ type switchOut struct {
 func (s switchOut) start() float64 { return s.at - s.run.Seconds() }
 
 func main() {
-	who := flag.String("who", "", "the process (command name) whose waits are broken down")
+	who := flag.String("who", "", "the process whose waits are broken down (its command name, or name/pid with -pids)")
+	pids := flag.Bool("pids", false, "tell processes apart by pid (name/pid): a server started from the client's own binary")
 	over := flag.Duration("over", 300*time.Microsecond, "the waits broken down: those at least this long")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: schedwait [-who comm] [-over 300us] timehist.txt")
+		fmt.Fprintln(os.Stderr, "usage: schedwait [-pids] [-who process] [-over 300us] timehist.txt")
 		os.Exit(2)
 	}
 	f, err := os.Open(flag.Arg(0))
@@ -50,7 +51,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer f.Close()
-	outs, err := parse(f)
+	outs, err := parse(f, *pids)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schedwait:", err)
 		os.Exit(1)
@@ -68,7 +69,7 @@ func main() {
 
 // parse reads timehist's switch-out lines ("time [cpu] task wait delay
 // run"); wakeup lines (-w) and headers are skipped.
-func parse(r io.Reader) ([]switchOut, error) {
+func parse(r io.Reader, pids bool) ([]switchOut, error) {
 	var outs []switchOut
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -91,18 +92,25 @@ func parse(r io.Reader) ([]switchOut, error) {
 				return nil, fmt.Errorf("line %d: %q is not milliseconds: %w", n, s, err)
 			}
 		}
-		outs = append(outs, switchOut{at: at, cpu: cpu, comm: commOf(strings.Join(f[2:len(f)-3], " ")),
+		outs = append(outs, switchOut{at: at, cpu: cpu, comm: processOf(strings.Join(f[2:len(f)-3], " "), pids),
 			delay: millis(ms[1]), run: millis(ms[2])})
 	}
 	return outs, sc.Err()
 }
 
-// commOf is a task's command name: "svc[1887/1884]" -> "svc".
-func commOf(task string) string {
-	if i := strings.LastIndexByte(task, '['); i > 0 && strings.HasSuffix(task, "]") {
+// processOf is a task's process: its command name ("svc[1887/1884]" ->
+// "svc"), with its pid after a slash if pids ("svc/1884"; a thread that
+// is its process's first, "svc[1884]", is "svc/1884" too).
+func processOf(task string, pids bool) string {
+	i := strings.LastIndexByte(task, '[')
+	if i <= 0 || !strings.HasSuffix(task, "]") {
+		return task
+	}
+	if !pids {
 		return task[:i]
 	}
-	return task
+	ids := task[i+1 : len(task)-1]
+	return task[:i] + "/" + ids[strings.LastIndexByte(ids, '/')+1:]
 }
 
 func millis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

@@ -8,15 +8,22 @@ import (
 	"time"
 )
 
-func TestCommOf(t *testing.T) {
-	for task, want := range map[string]string{
-		"svc[1887/1884]":         "svc",
-		"kworker/u8:1-ev[35]":    "kworker/u8:1-ev",
-		"<idle>":                 "<idle>",
-		"memfd:sealed-91[32156]": "memfd:sealed-91",
+func TestProcessOf(t *testing.T) {
+	for _, tc := range []struct {
+		task string
+		pids bool
+		want string
+	}{
+		{"svc[1887/1884]", false, "svc"},
+		{"svc[1887/1884]", true, "svc/1884"},
+		{"svc[1884]", true, "svc/1884"},
+		{"kworker/u8:1-ev[35]", false, "kworker/u8:1-ev"},
+		{"kworker/u8:1-ev[35]", true, "kworker/u8:1-ev/35"},
+		{"<idle>", true, "<idle>"},
+		{"memfd:sealed-91[32156]", false, "memfd:sealed-91"},
 	} {
-		if got := commOf(task); got != want {
-			t.Errorf("commOf(%q) = %q, want %q", task, got, want)
+		if got := processOf(tc.task, tc.pids); got != tc.want {
+			t.Errorf("processOf(%q, %v) = %q, want %q", tc.task, tc.pids, got, tc.want)
 		}
 	}
 }
@@ -26,7 +33,7 @@ func TestParseRefusesWhatIsNotTimehist(t *testing.T) {
 		"cpu":          "     100.000200 [00x0]  svc[10/9]   0.000  0.000  1.000\n",
 		"milliseconds": "     100.000200 [0000]  svc[10/9]   0.000  0.000  1.0.0\n",
 	} {
-		if _, err := parse(strings.NewReader(text)); err == nil {
+		if _, err := parse(strings.NewReader(text), false); err == nil {
 			t.Errorf("%s: parsed %q without an error", name, text)
 		}
 	}
@@ -40,7 +47,7 @@ func TestQueuedBehindTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	outs, err := parse(f)
+	outs, err := parse(f, false)
 	if err != nil {
 		t.Fatal(err)
 	}
