@@ -310,7 +310,7 @@ func TestWriteDenyMessagePlainParts(t *testing.T) {
 	for _, n := range nodeNames {
 		cands = append(cands, opa.Candidate{Name: n})
 	}
-	for _, policies := range []string{printingPolicies, onePrintedViolation} {
+	for _, policies := range []string{printingPolicies, onePrintedViolation, onePrintedNodeName} {
 		e := printingEngineOf(t, opa.Options{}, nodeNames, policies)
 		ref := printingEngineOf(t, opa.Options{DisableMemo: true}, nodeNames, policies)
 		checkDenyMessages(t, e, ref, nodeNames, cands)
@@ -340,6 +340,30 @@ spec:
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sPrintOne
 metadata: {name: print-one}
+`
+
+// onePrintedNodeName prints the node's name as the review gives it (the
+// pod's spec.nodeName) and nothing else of the node: the answer writes
+// it from the candidate's name, not from the node's printed values.
+const onePrintedNodeName = `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sprintnodename}
+spec:
+  crd: {spec: {names: {kind: K8sPrintNodeName}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sprintnodename
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          msg := sprintf("pod %v may not run on %v", [input.review.object.metadata.name, input.review.object.spec.nodeName])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sPrintNodeName
+metadata: {name: print-node-name}
 `
 
 func checkDenyMessages(t *testing.T, e, ref *opa.Engine, nodeNames []string, cands []opa.Candidate) {

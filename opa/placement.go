@@ -92,6 +92,12 @@ type column struct {
 	// that message joined for the column (verdict.DenyPieces; nil for the
 	// others): made by settle, read by writeDenies for every denied node.
 	deny [][]verdict.DenyPiece
+	// nameOnly: the one value the constraint prints of a node is its name
+	// (a placeholder at nameSlot), which is the candidate's own: a cell's
+	// printed values hold that name alone, or nothing (nothingPrinted)
+	// where the name cannot stand for a placeholder (project).
+	nameOnly bool
+	nameSlot int
 }
 
 // cell is a node's verdict from one constraint: which of the column's
@@ -406,7 +412,7 @@ func (p *Placement) WriteDenyMessage(w verdict.MessageWriter, i int) {
 			continue
 		}
 		if c := &cols[0]; c.action == policy.Deny && c.cells[j].result > 0 {
-			c.writeDenies(&d, j)
+			c.writeDenies(&d, j, p.Nodes[i].Name)
 		}
 		cols = cols[1:]
 	}
@@ -417,6 +423,7 @@ type denyWriter struct {
 	w       verdict.MessageWriter
 	pw      verdict.PlainWriter // w, when it is one
 	started bool
+	name    [1]verdict.Binding // the node's name, for nameOnly columns
 }
 
 func newDenyWriter(w verdict.MessageWriter) denyWriter {
@@ -445,7 +452,7 @@ func (d *denyWriter) violation(x *Violation) {
 // writeDenies writes node i's violations of the column as DenyMessage
 // does; one result with a message to fill is written without building
 // the violation (its details are not needed).
-func (c *column) writeDenies(d *denyWriter, i int) {
+func (c *column) writeDenies(d *denyWriter, i int, name string) {
 	res := c.res(i)
 	if !verdict.AnyHoles(res) {
 		// Messages as evaluated: nothing to fill, nothing to merge.
@@ -457,7 +464,14 @@ func (c *column) writeDenies(d *denyWriter, i int) {
 	}
 	if len(res) == 1 && res[0].MsgText != nil {
 		var node verdict.Bindings
-		if pr := c.cells[i].printed; pr != nil {
+		switch pr := c.cells[i].printed; {
+		case c.nameOnly && pr != nil && pr != nothingPrinted:
+			// The name at hand, not the one the node's printed values
+			// hold (the same): reading those was a cache miss per denied
+			// node, the window of candidates moving through the cluster.
+			d.name[0] = verdict.NewBinding(c.nameSlot, name)
+			node = d.name[:]
+		case pr != nil:
 			node = pr.bindings
 		}
 		if k := int(c.cells[i].result); k <= len(c.deny) && c.deny[k-1] != nil {
