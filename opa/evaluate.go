@@ -558,9 +558,7 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 	// Cells are made at the first violation: most constraints are
 	// violated on no candidate of most pods.
 	col := column{constraint: bc.Constraint.Key, action: bc.Constraint.Action, order: order, ph: r.e.reg.Placeholders, pod: pod.bind}
-	if bc.NameMsg != nil && len(bc.NodeMsgs) == 0 {
-		col.nameOnly, col.nameSlot = true, bc.NameMsg.Index
-	}
+	col.nameOnly = bc.NameOnly
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.

@@ -343,8 +343,9 @@ metadata: {name: print-one}
 `
 
 // onePrintedNodeName prints the node's name as the review gives it (the
-// pod's spec.nodeName) and nothing else of the node: the answer writes
-// it from the candidate's name, not from the node's printed values.
+// pod's spec.nodeName), and as the Node has it (quoted, and as it is),
+// and nothing else of the node: the answer writes it from the
+// candidate's name, not from the node's printed values.
 const onePrintedNodeName = `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -364,6 +365,25 @@ spec:
 apiVersion: constraints.gatekeeper.sh/v1beta1
 kind: K8sPrintNodeName
 metadata: {name: print-node-name}
+---
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sprintnodemetaname}
+spec:
+  crd: {spec: {names: {kind: K8sPrintNodeMetaName}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sprintnodemetaname
+        violation[{"msg": msg}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "blocked"
+          msg := sprintf("node %q (%v) is blocked for %v", [node.metadata.name, input.review.object.spec.nodeName, input.review.object.metadata.name])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sPrintNodeMetaName
+metadata: {name: print-node-meta-name}
 `
 
 func checkDenyMessages(t *testing.T, e, ref *opa.Engine, nodeNames []string, cands []opa.Candidate) {

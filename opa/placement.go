@@ -92,12 +92,11 @@ type column struct {
 	// that message joined for the column (verdict.DenyPieces; nil for the
 	// others): made by settle, read by writeDenies for every denied node.
 	deny [][]verdict.DenyPiece
-	// nameOnly: the one value the constraint prints of a node is its name
-	// (a placeholder at nameSlot), which is the candidate's own: a cell's
-	// printed values hold that name alone, or nothing (nothingPrinted)
-	// where the name cannot stand for a placeholder (project).
-	nameOnly bool
-	nameSlot int
+	// nameOnly are the placeholders of the node's printed values when
+	// all are its name, the candidate's own (policyset's NameOnly): a
+	// cell's printed values are that name in some of them, or nothing
+	// (nothingPrinted) where it cannot stand for a placeholder (project).
+	nameOnly []int
 }
 
 // cell is a node's verdict from one constraint: which of the column's
@@ -423,7 +422,7 @@ type denyWriter struct {
 	w       verdict.MessageWriter
 	pw      verdict.PlainWriter // w, when it is one
 	started bool
-	name    [1]verdict.Binding // the node's name, for nameOnly columns
+	names   [2]verdict.Binding // the node's name, for nameOnly columns
 }
 
 func newDenyWriter(w verdict.MessageWriter) denyWriter {
@@ -465,12 +464,15 @@ func (c *column) writeDenies(d *denyWriter, i int, name string) {
 	if len(res) == 1 && res[0].MsgText != nil {
 		var node verdict.Bindings
 		switch pr := c.cells[i].printed; {
-		case c.nameOnly && pr != nil && pr != nothingPrinted:
+		case len(c.nameOnly) > 0 && len(c.nameOnly) <= len(d.names) && pr != nil && pr != nothingPrinted:
 			// The name at hand, not the one the node's printed values
 			// hold (the same): reading those was a cache miss per denied
 			// node, the window of candidates moving through the cluster.
-			d.name[0] = verdict.NewBinding(c.nameSlot, name)
-			node = d.name[:]
+			// A slot the name could not stand for has no hole to fill.
+			for k, slot := range c.nameOnly {
+				d.names[k] = verdict.NewBinding(slot, name)
+			}
+			node = d.names[:len(c.nameOnly)]
 		case pr != nil:
 			node = pr.bindings
 		}

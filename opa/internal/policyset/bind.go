@@ -61,6 +61,13 @@ type BoundConstraint struct {
 	// constraints that print the same pod paths share one per request.
 	PodViewSig string
 	NameMsg    *verdict.MsgSlot
+	// NameOnly are the placeholders of the node's printed values when
+	// every one of them is the node's name (the review's spec.nodeName,
+	// the Node's metadata.name), nil otherwise: the candidate's name is
+	// the Node's (the inventory holds Nodes by metadata.name, and a Node
+	// sent in a request names its candidate), so an answer can write those
+	// values from the name it has at hand.
+	NameOnly []int
 	// invKinds are the inventory kinds whose generations key its
 	// verdicts, invAny that the whole inventory's generation does
 	// (analysis.Result.InventoryOther; package internal/inventory).
@@ -169,7 +176,26 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 		idx, text := reg.Placeholders.Of(analysis.Input, analysis.NodeNamePath)
 		bc.NameMsg = &verdict.MsgSlot{Path: analysis.NodeNamePath, Quote: bc.Analysis.NodeNameQuote, Index: idx, Text: text}
 	}
+	bc.NameOnly = nameOnly(bc)
 	return bc, nil
+}
+
+// metadataName is the path of a Node's name in the Node.
+var metadataName = ast.Ref{ast.StringTerm("metadata"), ast.StringTerm("name")}
+
+// nameOnly is BoundConstraint.NameOnly.
+func nameOnly(bc *BoundConstraint) []int {
+	var slots []int
+	if bc.NameMsg != nil {
+		slots = append(slots, bc.NameMsg.Index)
+	}
+	for _, m := range bc.NodeMsgs {
+		if !ast.Ref(m.Path).Equal(metadataName) {
+			return nil
+		}
+		slots = append(slots, m.Index)
+	}
+	return slots
 }
 
 // BindConstraints binds the constraints in force (by key) to next's
