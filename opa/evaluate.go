@@ -558,7 +558,12 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 	// Cells are made at the first violation: most constraints are
 	// violated on no candidate of most pods.
 	col := column{constraint: bc.Constraint.Key, action: bc.Constraint.Action, order: order, ph: r.e.reg.Placeholders, pod: pod.bind}
-	col.nameOnly = bc.NameOnly
+	if !r.override {
+		// A Node sent with the request may name itself otherwise than
+		// its candidate (Candidate.Name is the caller's): only the
+		// inventory's Nodes are held by their own names.
+		col.nameOnly = bc.NameOnly
+	}
 	violated := false
 	// The classes met so far and their results: a request's candidates
 	// fall into a few classes, found here without the memo's locks.

@@ -386,6 +386,26 @@ kind: K8sPrintNodeMetaName
 metadata: {name: print-node-meta-name}
 `
 
+// TestDenyMessageOfANodeSentUnderAnotherName: a Node sent with the
+// request whose own name is not its candidate's is printed with its own
+// (the inventory's Nodes are held by their names, and their messages take
+// the candidate's at hand; a sent Node's are read from it). The engine
+// without the memo prints the candidate's name there: the two differ only
+// for a caller whose Candidate.Name is not its Node's name, which
+// kube-scheduler never sends.
+func TestDenyMessageOfANodeSentUnderAnotherName(t *testing.T) {
+	e := printingEngineOf(t, opa.Options{}, []string{"n-1", "n-2"}, onePrintedNodeName)
+	sent := node("n-1-itself", map[string]string{"pool": "blocked"})
+	cands := []opa.Candidate{{Name: "n-1", Object: sent.Object}, {Name: "n-2"}}
+	got, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "web-1"), Candidates: cands})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Denied(0) || !strings.Contains(got.DenyMessage(0), `node "n-1-itself" (n-1)`) {
+		t.Fatalf("the sent Node's message %q does not print its own name beside its candidate's", got.DenyMessage(0))
+	}
+}
+
 func checkDenyMessages(t *testing.T, e, ref *opa.Engine, nodeNames []string, cands []opa.Candidate) {
 	t.Helper()
 	for _, podName := range []string{"web-1", `we"b`, "ü"} {

@@ -63,10 +63,9 @@ type BoundConstraint struct {
 	NameMsg    *verdict.MsgSlot
 	// NameOnly are the placeholders of the node's printed values when
 	// every one of them is the node's name (the review's spec.nodeName,
-	// the Node's metadata.name), nil otherwise: the candidate's name is
-	// the Node's (the inventory holds Nodes by metadata.name, and a Node
-	// sent in a request names its candidate), so an answer can write those
-	// values from the name it has at hand.
+	// the Node's metadata.name), nil otherwise: for the inventory's Nodes,
+	// held by metadata.name, the candidate's name is the Node's, so an
+	// answer can write those values from the name it has at hand.
 	NameOnly []int
 	// invKinds are the inventory kinds whose generations key its
 	// verdicts, invAny that the whole inventory's generation does
