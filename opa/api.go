@@ -46,7 +46,10 @@ type PlacementRequest struct {
 	// Decoded is the pod already converted (DecodePod, NewPod): when set,
 	// Pod is not read.
 	Decoded *Pod
-	// Candidates are the nodes to judge, in the scheduler's order.
+	// Candidates are the nodes to judge, in the scheduler's order. A name
+	// may repeat when it stands for one Node each time (the inventory's,
+	// or sent Nodes equal in what the policy set reads); Evaluate refuses
+	// a request that gives one name two different Nodes.
 	Candidates []Candidate
 	// Explain records, per node, every constraint that matched the pod with
 	// its verdict and the time spent, for /debug/explain.

@@ -404,10 +404,18 @@ func (r *request) candidates(cands []Candidate) error {
 		r.override = true
 	}
 	if r.override {
+		// The request's nodes stand for the inventory's Nodes, one per
+		// name: a name given twice with two Nodes that differ in what the
+		// policy set reads would judge one candidate on the other's Node
+		// wherever a template reads the Nodes by name.
 		nodes := ast.NewObject()
 		for _, s := range r.slots {
+			key := ast.StringTerm(s.name)
+			if t := nodes.Get(key); t != nil && s.value != nil && t.Value.Compare(s.value) != 0 {
+				return fmt.Errorf("candidate %q given twice with different Nodes: a request judges one Node per name", s.name)
+			}
 			if s.value != nil {
-				nodes.Insert(ast.StringTerm(s.name), ast.NewTerm(s.value))
+				nodes.Insert(key, ast.NewTerm(s.value))
 			}
 		}
 		r.nodes = ast.NewTerm(nodes)

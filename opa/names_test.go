@@ -389,20 +389,59 @@ metadata: {name: print-node-meta-name}
 // TestDenyMessageOfANodeSentUnderAnotherName: a Node sent with the
 // request whose own name is not its candidate's is printed with its own
 // (the inventory's Nodes are held by their names, and their messages take
-// the candidate's at hand; a sent Node's are read from it). The engine
-// without the memo prints the candidate's name there: the two differ only
-// for a caller whose Candidate.Name is not its Node's name, which
-// kube-scheduler never sends.
+// the candidate's at hand; a sent Node's are read from it), as the engine
+// without the memo prints it.
 func TestDenyMessageOfANodeSentUnderAnotherName(t *testing.T) {
-	e := printingEngineOf(t, opa.Options{}, []string{"n-1", "n-2"}, onePrintedNodeName)
 	sent := node("n-1-itself", map[string]string{"pool": "blocked"})
 	cands := []opa.Candidate{{Name: "n-1", Object: sent.Object}, {Name: "n-2"}}
-	got, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "web-1"), Candidates: cands})
-	if err != nil {
-		t.Fatal(err)
+	for _, policies := range []string{printingPolicies, onePrintedViolation, onePrintedNodeName} {
+		e := printingEngineOf(t, opa.Options{}, []string{"n-1", "n-2"}, policies)
+		ref := printingEngineOf(t, opa.Options{DisableMemo: true}, []string{"n-1", "n-2"}, policies)
+		checkDenyMessages(t, e, ref, []string{"n-1", "n-2"}, cands)
+		got, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "web-1"), Candidates: cands})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Denied(0) || !strings.Contains(got.DenyMessage(0), "n-1-itself") {
+			t.Fatalf("the sent Node's message %q does not print its own name", got.DenyMessage(0))
+		}
 	}
-	if !got.Denied(0) || !strings.Contains(got.DenyMessage(0), `node "n-1-itself" (n-1)`) {
-		t.Fatalf("the sent Node's message %q does not print its own name beside its candidate's", got.DenyMessage(0))
+}
+
+// TestCandidateNamedTwiceWithANode: a request holds one Node per name,
+// as the inventory does. A name given two Nodes that differ in what the
+// policy set reads is refused, with the name, by both engines (else one
+// candidate would be judged on the other's Node); given the same Node
+// twice, or the inventory's again, it is judged alike each time.
+func TestCandidateNamedTwiceWithANode(t *testing.T) {
+	// The inventory's n-1 is in the blocked pool.
+	open := node("n-1", map[string]string{"pool": "open"}).Object
+	same := node("n-1", map[string]string{"pool": "blocked", "unread": "x"}).Object
+	for _, opts := range []opa.Options{{}, {DisableMemo: true}} {
+		e := printingEngineOf(t, opts, []string{"n-1", "n-2"}, onePrintedNodeName)
+		for _, cands := range [][]opa.Candidate{
+			{{Name: "n-1", Object: open}, {Name: "n-1"}},
+			{{Name: "n-1"}, {Name: "n-2"}, {Name: "n-1", Object: open}},
+			{{Name: "n-1", Object: open}, {Name: "n-1", Object: same}},
+		} {
+			_, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "web-1"), Candidates: cands})
+			if err == nil || !strings.Contains(err.Error(), `"n-1" given twice`) {
+				t.Errorf("memo disabled %v, %d candidates: error %v, want n-1 named as given twice", opts.DisableMemo, len(cands), err)
+			}
+		}
+		for _, tc := range []struct {
+			cands  []opa.Candidate
+			denied bool
+		}{
+			{[]opa.Candidate{{Name: "n-1"}, {Name: "n-1"}}, true},
+			{[]opa.Candidate{{Name: "n-1", Object: same}, {Name: "n-1"}}, true},
+			{[]opa.Candidate{{Name: "n-1", Object: open}, {Name: "n-1", Object: open}}, false},
+		} {
+			got, err := e.Evaluate(context.Background(), opa.PlacementRequest{Pod: pod("default", "web-1"), Candidates: tc.cands})
+			if err != nil || len(got.Nodes) != 2 || got.Denied(0) != tc.denied || got.Denied(1) != tc.denied {
+				t.Errorf("memo disabled %v: one Node under one name twice: %v, %+v, want denied %v", opts.DisableMemo, err, got, tc.denied)
+			}
+		}
 	}
 }
 
