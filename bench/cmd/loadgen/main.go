@@ -91,6 +91,9 @@ type flags struct {
 	nodeFiles int
 	// extra is a folder of policies added to the set (-extra).
 	extra string
+	// machineJitter is how long fixed work is timed before the scenarios
+	// (perf.MachineJitter; 0: not timed).
+	machineJitter time.Duration
 }
 
 func parseFlags() (*flags, error) {
@@ -135,6 +138,7 @@ func parseFlags() (*flags, error) {
 	fs.Float64Var(&f.churn, "churn", 0, "Node updates per second written while the scenarios run (warm-ups included), as a living cluster writes them: in process through the engine's Apply, with -service by rewriting the node's file in the policy folder (0: a still cluster)")
 	fs.StringVar(&raw.churnKind, "churn-kind", string(perf.ChurnHeartbeat), `what a Node update changes: "heartbeat" (the conditions' heartbeat times and the resourceVersion, as a kubelet's status report) or "labels" (a heartbeat that also flips the maintenance label the realistic set reads)`)
 	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still); -churn rewrites a file with all its Nodes updated")
+	fs.DurationVar(&f.machineJitter, "machine-jitter", 3*time.Second, "time fixed work this long before the scenarios, on registers alone and as dependent reads over 64 MiB, and report how evenly the machine ran each (p50, p99, p99.9): the machine's own tail at the time of the run (0: not timed)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	fs.Visit(func(fl *flag.Flag) {
 		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
@@ -314,6 +318,12 @@ func run() error {
 	defer cancel()
 
 	rep := &Report{Machine: machine(), Config: f.config()}
+	if f.machineJitter > 0 {
+		j := perf.MachineJitter(f.machineJitter)
+		rep.Machine.Jitter = &j
+		logf("machine: fixed work on registers p50 %.1f µs, p99 x%.2f; dependent reads over %d MiB p50 %.1f µs, p99 x%.2f",
+			j.CPU.P50Micros, j.CPU.Ratio(), j.MemoryMiB, j.Memory.P50Micros, j.Memory.Ratio())
+	}
 	nInv := f.maxNodes()
 	logf("loading policy set %q and %d %s nodes", f.policySet, nInv, f.nodeSize)
 	if f.service != "" {

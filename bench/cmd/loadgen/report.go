@@ -41,6 +41,8 @@ type Machine struct {
 	GOARCH      string `json:"goarch"`
 	LoadAverage string `json:"loadAverageAtStart"`
 	Started     string `json:"started"`
+	// Jitter is fixed work timed before the scenarios (-machine-jitter).
+	Jitter *perf.Jitter `json:"jitter,omitempty"`
 }
 
 // Checkpoint is the process's memory at one point of the run.
@@ -301,6 +303,11 @@ func targets(r *Report) []TargetResult {
 func printMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Machine: %d CPUs (%s), GOMAXPROCS %d, %s; load average at start %s.\n\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.GOMAXPROCS, r.Machine.GoVersion, r.Machine.LoadAverage)
+	if j := r.Machine.Jitter; j != nil {
+		fmt.Fprintf(w, "Fixed work timed for %s before the scenarios (-machine-jitter): on registers alone p50 %.1f µs, p99 %.1f (x%.2f), p99.9 %.1f; as dependent reads over %d MiB p50 %.1f µs, p99 %.1f (x%.2f), p99.9 %.1f: how evenly the machine ran work that neither allocates nor waits on anything else.\n\n",
+			j.Duration, j.CPU.P50Micros, j.CPU.P99Micros, j.CPU.Ratio(), j.CPU.P999Micros,
+			j.MemoryMiB, j.Memory.P50Micros, j.Memory.P99Micros, j.Memory.Ratio(), j.Memory.P999Micros)
+	}
 	if r.Load.Service != "" {
 		fmt.Fprintf(w, "Service: %s, run as its own process on a policy folder written for it (-service).\n\n", r.Load.Service)
 	}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+)
+
+// TestMachineJitterReported: the report says how evenly the machine ran
+// fixed work when it was timed, and says nothing of it when it was not.
+func TestMachineJitterReported(t *testing.T) {
+	j := &perf.Jitter{Duration: 3 * time.Second, MemoryMiB: 64,
+		CPU:    perf.Spread{Runs: 9000, P50Micros: 65.4, P99Micros: 98.9, P999Micros: 159.5},
+		Memory: perf.Spread{Runs: 9000, P50Micros: 115.3, P99Micros: 269.1, P999Micros: 536.6}}
+	for _, tc := range []struct {
+		name   string
+		jitter *perf.Jitter
+		want   []string
+		absent string
+	}{
+		{"timed", j, []string{"Fixed work timed for 3s", "on registers alone p50 65.4 µs, p99 98.9 (x1.51), p99.9 159.5", "over 64 MiB p50 115.3 µs, p99 269.1 (x2.33), p99.9 536.6"}, ""},
+		{"not timed", nil, []string{"Machine: "}, "Fixed work"},
+	} {
+		var out bytes.Buffer
+		printMarkdown(&out, &Report{Machine: Machine{NumCPU: 2, Jitter: tc.jitter}})
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: the report lacks %q:\n%s", tc.name, w, out.String())
+			}
+		}
+		if tc.absent != "" && strings.Contains(out.String(), tc.absent) {
+			t.Errorf("%s: the report says %q:\n%s", tc.name, tc.absent, out.String())
+		}
+	}
+}
