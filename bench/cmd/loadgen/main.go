@@ -92,8 +92,12 @@ type flags struct {
 	// extra is a folder of policies added to the set (-extra).
 	extra string
 	// machineJitter is how long fixed work is timed before the scenarios
-	// (perf.MachineJitter; 0: not timed).
+	// (perf.MachineJitter, in a process of its own: timeJitter; 0: not
+	// timed).
 	machineJitter time.Duration
+	// timeJitter: only time fixed work for machineJitter and print it as
+	// JSON (the process -machine-jitter starts).
+	timeJitter bool
 }
 
 func parseFlags() (*flags, error) {
@@ -138,7 +142,8 @@ func parseFlags() (*flags, error) {
 	fs.Float64Var(&f.churn, "churn", 0, "Node updates per second written while the scenarios run (warm-ups included), as a living cluster writes them: in process through the engine's Apply, with -service by rewriting the node's file in the policy folder (0: a still cluster)")
 	fs.StringVar(&raw.churnKind, "churn-kind", string(perf.ChurnHeartbeat), `what a Node update changes: "heartbeat" (the conditions' heartbeat times and the resourceVersion, as a kubelet's status report) or "labels" (a heartbeat that also flips the maintenance label the realistic set reads)`)
 	fs.IntVar(&f.nodeFiles, "node-files", 250, "with -service: Nodes per file of the policy folder (0: every Node in one file, a kind: List in YAML as `kubectl get nodes -o yaml` writes it; such a folder is measured still); -churn rewrites a file with all its Nodes updated")
-	fs.DurationVar(&f.machineJitter, "machine-jitter", 3*time.Second, "time fixed work this long before the scenarios, on registers alone and as dependent reads over 64 MiB, and report how evenly the machine ran each (p50, p99, p99.9): the machine's own tail at the time of the run (0: not timed)")
+	fs.BoolVar(&f.timeJitter, "time-jitter", false, "only time fixed work for -machine-jitter and print the result as JSON: the process -machine-jitter starts, so that the 64 MiB it reads is never this process's")
+	fs.DurationVar(&f.machineJitter, "machine-jitter", 3*time.Second, "time fixed work this long before the scenarios, in a process of its own, on registers alone and as dependent reads over 64 MiB, and report how evenly the machine ran each (p50, p99, p99.9): the machine's own tail at the time of the run (0: not timed)")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: never returns an error
 	fs.Visit(func(fl *flag.Flag) {
 		f.gcHeapFloorSet = f.gcHeapFloorSet || fl.Name == "gc-heap-floor"
@@ -310,6 +315,9 @@ func run() error {
 	if f.serveFloor {
 		return serveFloor(f.floorCPU)
 	}
+	if f.timeJitter {
+		return json.NewEncoder(os.Stdout).Encode(perf.MachineJitter(f.machineJitter))
+	}
 	dirs := perf.Dirs{Library: f.library, Examples: f.examples, Realistic: f.realistic}
 	if err := dirs.Check(); err != nil {
 		return err
@@ -319,8 +327,11 @@ func run() error {
 
 	rep := &Report{Machine: machine(), Config: f.config()}
 	if f.machineJitter > 0 {
-		j := perf.MachineJitter(f.machineJitter)
-		rep.Machine.Jitter = &j
+		j, err := timeJitter(f.machineJitter)
+		if err != nil {
+			return err
+		}
+		rep.Machine.Jitter = j
 		logf("machine: fixed work on registers p50 %.1f µs, p99 x%.2f; dependent reads over %d MiB p50 %.1f µs, p99 x%.2f",
 			j.CPU.P50Micros, j.CPU.Ratio(), j.MemoryMiB, j.Memory.P50Micros, j.Memory.Ratio())
 	}
@@ -673,4 +684,25 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// timeJitter times fixed work for d in a process of its own (this binary,
+// -time-jitter): the array it reads would otherwise be in this process's
+// peak RSS, which the in-process scenarios report.
+func timeJitter(d time.Duration) (*perf.Jitter, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-time-jitter", "-machine-jitter", d.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("time the machine's jitter: %w", err)
+	}
+	var j perf.Jitter
+	if err := json.Unmarshal(out, &j); err != nil {
+		return nil, fmt.Errorf("read the machine's jitter %q: %w", out, err)
+	}
+	return &j, nil
 }
