@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,5 +37,30 @@ func TestMachineJitterReported(t *testing.T) {
 		if tc.absent != "" && strings.Contains(out.String(), tc.absent) {
 			t.Errorf("%s: the report says %q:\n%s", tc.name, tc.absent, out.String())
 		}
+	}
+}
+
+// TestMain lets this test binary stand in for loadgen in the processes
+// loadgen starts of itself (-time-jitter), as the binary does.
+func TestMain(m *testing.M) {
+	if slices.Contains(os.Args[1:], "-time-jitter") {
+		if err := run(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestTimeJitterInItsOwnProcess: the timing runs in a child process and
+// comes back whole.
+func TestTimeJitterInItsOwnProcess(t *testing.T) {
+	j, err := timeJitter(30 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Duration != 30*time.Millisecond || j.MemoryMiB != 64 || j.CPU.Runs < 2 || j.CPU.Runs != j.Memory.Runs || j.CPU.P50Micros <= 0 || j.Memory.P50Micros <= 0 {
+		t.Errorf("jitter %+v: want both pieces timed for 30ms over 64 MiB", j)
 	}
 }
