@@ -327,13 +327,9 @@ func run() error {
 
 	rep := &Report{Machine: machine(), Config: f.config()}
 	if f.machineJitter > 0 {
-		j, err := timeJitter(f.machineJitter)
-		if err != nil {
+		if rep.Machine.Jitter, err = timeJitter(f.machineJitter); err != nil {
 			return err
 		}
-		rep.Machine.Jitter = j
-		logf("machine: fixed work on registers p50 %.1f µs, p99 x%.2f; dependent reads over %d MiB p50 %.1f µs, p99 x%.2f",
-			j.CPU.P50Micros, j.CPU.Ratio(), j.MemoryMiB, j.Memory.P50Micros, j.Memory.Ratio())
 	}
 	nInv := f.maxNodes()
 	logf("loading policy set %q and %d %s nodes", f.policySet, nInv, f.nodeSize)
@@ -704,5 +700,7 @@ func timeJitter(d time.Duration) (*perf.Jitter, error) {
 	if err := json.Unmarshal(out, &j); err != nil {
 		return nil, fmt.Errorf("read the machine's jitter %q: %w", out, err)
 	}
+	logf("machine: fixed work on registers p50 %.1f µs, p99 x%.2f; dependent reads over %d MiB p50 %.1f µs, p99 x%.2f",
+		j.CPU.P50Micros, j.CPU.Ratio(), j.MemoryMiB, j.Memory.P50Micros, j.Memory.Ratio())
 	return &j, nil
 }
