@@ -1,6 +1,10 @@
 package opa
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
+)
 
 // Answer memory. An answer holds one NodeVerdict per candidate and one
 // cell per candidate in each column a constraint violated: at 5000
@@ -31,6 +35,9 @@ type answerMemory struct {
 	// common is the same for the answer's Common.
 	common *[]Violation
 	at     *[]int32
+	// binds are the chunks holding the bindings its columns read
+	// (keepBindings).
+	binds  []*verdict.Bindings
 	source *Placement // the answer this one was cut from (restrict)
 }
 
@@ -172,9 +179,14 @@ func (p *Placement) Release() {
 	if m.at != nil {
 		atPool.Put(m.at)
 	}
+	for _, b := range m.binds {
+		clear((*b)[:cap(*b)]) // printed values
+		*b = (*b)[:0]
+		bindPool.Put(b)
+	}
 	giveList(&columnPool, &m.columns, p.columns)
 	giveList(&commonPool, &m.common, p.Common)
-	m.nodes, m.cells, m.at = nil, nil, nil
+	m.nodes, m.cells, m.at, m.binds = nil, nil, nil, nil
 	// A reader that breaks the contract finds nothing rather than another
 	// answer's verdicts (and the race detector sees it).
 	p.Nodes, p.columns, p.at, p.Common = nil, nil, nil, nil

@@ -140,6 +140,7 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	p.Evaluations = int(r.evals)
 	p.settle()
+	r.handBindings(p)
 	if reusable && req.Reuse == ReuseKeep {
 		e.recent.keep(r, pod, p)
 	}
@@ -491,8 +492,10 @@ type request struct {
 	// plain is the pod's review as it is; the reviews with placeholders
 	// are in the request's buffers (podBuffers.viewsBySig).
 	plain *podView
-	// bindArena holds the views' bindings (keepBindings).
+	// bindArena holds the views' bindings (keepBindings); arenas are the
+	// pooled chunks it was cut from, handed to the answer (handBindings).
 	bindArena verdict.Bindings
+	arenas    []*verdict.Bindings
 	// scratch holds the per-candidate buffers below (scratch.go); classAux
 	// is the node classes' printed values of the constraint being judged.
 	scratch    *scratch

@@ -3,6 +3,7 @@ package opa
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -113,6 +114,13 @@ var (
 	termAPIVersion = ast.StringTerm("apiVersion")
 	termKind       = ast.StringTerm("kind")
 	termMetadata   = ast.StringTerm("metadata")
+
+	termName         = ast.StringTerm("name")
+	termNamespace    = ast.StringTerm("namespace")
+	termUID          = ast.StringTerm("uid")
+	termGenerateName = ast.StringTerm("generateName")
+	termLabels       = ast.StringTerm("labels")
+	termAnnotations  = ast.StringTerm("annotations")
 )
 
 // newPod reads the metadata of obj; strict makes a field of the wrong
@@ -140,23 +148,21 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 	}
 	var generateName string
 	for _, f := range []struct {
-		key string
+		key *ast.Term
 		to  *string
-	}{{"name", &p.name}, {"namespace", &p.namespace}, {"uid", &p.uid}, {"generateName", &generateName}} {
-		s, err := stringField(md, f.key, "metadata."+f.key)
+	}{{termName, &p.name}, {termNamespace, &p.namespace}, {termUID, &p.uid}, {termGenerateName, &generateName}} {
+		s, err := stringField(md, f.key)
 		if err = keep(err, strict); err != nil {
 			return nil, err
 		}
 		*f.to = s
 	}
-	for _, key := range []string{"labels", "annotations"} {
-		m, err := stringMap(md, key, "metadata."+key, strict)
-		if err != nil {
-			return nil, err
-		}
-		if key == "labels" {
-			p.labels = m
-		}
+	if p.labels, err = podLabels(md, strict); err != nil {
+		return nil, err
+	}
+	// Annotations are only checked: the engine reads none of them itself.
+	if err := checkStrings(md, termAnnotations, strict); err != nil {
+		return nil, err
 	}
 	p.workload, p.nsLast = workloadNames(p.namespace, generateName)
 	return p, nil
@@ -185,8 +191,9 @@ func objectField(obj ast.Object, key *ast.Term, path string) (ast.Object, error)
 	return nil, &PodFieldError{Field: path, Got: jsonType(t.Value), Want: "object"}
 }
 
-func stringField(obj ast.Object, key, path string) (string, error) {
-	t := obj.Get(ast.StringTerm(key))
+// stringField is the string at metadata's key ("" when absent or null).
+func stringField(md ast.Object, key *ast.Term) (string, error) {
+	t := md.Get(key)
 	if t == nil {
 		return "", nil
 	}
@@ -196,31 +203,113 @@ func stringField(obj ast.Object, key, path string) (string, error) {
 	case ast.Null:
 		return "", nil
 	}
-	return "", &PodFieldError{Field: path, Got: jsonType(t.Value), Want: "string"}
+	return "", &PodFieldError{Field: metadataPath(key), Got: jsonType(t.Value), Want: "string"}
 }
 
-// stringMap is a map of strings (labels, annotations); nil when absent.
-func stringMap(obj ast.Object, key, path string, strict bool) (map[string]string, error) {
-	m, err := objectField(obj, ast.StringTerm(key), path)
+func metadataPath(key *ast.Term) string {
+	k, _ := key.Value.(ast.String)
+	return "metadata." + string(k)
+}
+
+// stringMap is metadata's map of strings at key (labels, annotations);
+// nil when absent.
+func stringMap(md ast.Object, key *ast.Term, strict bool) (map[string]string, error) {
+	m, err := objectField(md, key, metadataPath(key))
 	if m == nil {
 		return nil, keep(err, strict)
 	}
 	out := make(map[string]string, m.Len())
-	err = m.Iter(func(k, v *ast.Term) error {
+	err = eachString(m, key, strict, func(k, v string) { out[k] = v })
+	return out, err
+}
+
+// checkStrings checks, when strict, that metadata's key holds an object
+// of strings (or null values), and keeps nothing of it.
+func checkStrings(md ast.Object, key *ast.Term, strict bool) error {
+	if !strict {
+		return nil
+	}
+	m, err := objectField(md, key, metadataPath(key))
+	if m == nil {
+		return err
+	}
+	return eachString(m, key, strict, func(string, string) {})
+}
+
+// eachString calls f with each string of m (metadata's key); a null value
+// is skipped, and so is any other unless strict, where it is an error.
+func eachString(m ast.Object, key *ast.Term, strict bool, f func(k, v string)) error {
+	return m.Iter(func(k, v *ast.Term) error {
 		ks, _ := k.Value.(ast.String) // JSON keys are strings
 		switch vs := v.Value.(type) {
 		case ast.String:
-			out[string(ks)] = string(vs)
+			f(string(ks), string(vs))
 		case ast.Null:
 		default:
-			if !strict {
-				return nil
+			if strict {
+				return &PodFieldError{Field: metadataPath(key) + "." + string(ks), Got: jsonType(v.Value), Want: "string"}
 			}
-			return &PodFieldError{Field: path + "." + string(ks), Got: jsonType(v.Value), Want: "string"}
 		}
 		return nil
 	})
-	return out, err
+}
+
+// podLabels is the pod's labels. A ReplicaSet's replicas carry the same
+// labels, which DecodePod's shared values give as the very same term: the
+// map made for one replica serves the next ones (labelMaps), so that a
+// replica's labels cost a lookup, not a map. The map is never written once
+// made.
+func podLabels(md ast.Object, strict bool) (map[string]string, error) {
+	t := md.Get(termLabels)
+	if t == nil {
+		return nil, nil
+	}
+	if m, ok := labelMaps.find(t); ok {
+		return m, nil
+	}
+	m, err := stringMap(md, termLabels, strict)
+	if err != nil {
+		return nil, err
+	}
+	if strict {
+		// A lenient read skips values of other types: its map is not the
+		// term's whole, and a strict read of the same term must fail.
+		labelMaps.add(t, m)
+	}
+	return m, nil
+}
+
+// labelMaps are the label maps podLabels made last, by the term they were
+// read from: one per workload scheduled at once is plenty.
+var labelMaps termMaps
+
+const recentLabelMaps = 8
+
+type termMaps struct {
+	mu      sync.Mutex
+	entries [recentLabelMaps]struct {
+		term *ast.Term
+		m    map[string]string
+	}
+	next int
+}
+
+func (c *termMaps) find(t *ast.Term) (map[string]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.entries {
+		if c.entries[i].term == t {
+			return c.entries[i].m, true
+		}
+	}
+	return nil, false
+}
+
+func (c *termMaps) add(t *ast.Term, m map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries[c.next].term, c.entries[c.next].m = t, m
+	c.next = (c.next + 1) % recentLabelMaps
 }
 
 func jsonType(v ast.Value) string {

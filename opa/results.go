@@ -2,6 +2,7 @@ package opa
 
 import (
 	"github.com/open-policy-agent/opa/v1/ast"
+	"sync"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
@@ -72,14 +73,20 @@ func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
 }
 
 // keepBindings is a copy of b that outlives the request (an answer keeps
-// its views' bindings): the request's views share one allocation, where
-// each grew its own slice, a fifth of a replica's garbage.
+// its views' bindings): the request's views share one chunk, where each
+// grew its own slice, a fifth of a replica's garbage. The chunks come from
+// a pool, and go back to it with the answer's memory (handBindings).
 func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 	if len(b) == 0 {
 		return nil
 	}
 	if cap(r.bindArena)-len(r.bindArena) < len(b) {
-		r.bindArena = make(verdict.Bindings, 0, max(len(b), int(r.e.bindHint.Load())))
+		c := bindPool.Get().(*verdict.Bindings)
+		if n := max(len(b), int(r.e.bindHint.Load())); cap(*c) < n {
+			*c = make(verdict.Bindings, 0, n)
+		}
+		r.arenas = append(r.arenas, c)
+		r.bindArena = (*c)[:0]
 	}
 	n := len(r.bindArena)
 	r.bindArena = append(r.bindArena, b...)
@@ -87,6 +94,21 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 		r.e.bindHint.Store(used)
 	}
 	return r.bindArena[n : n+len(b) : n+len(b)]
+}
+
+var bindPool = sync.Pool{New: func() any { return new(verdict.Bindings) }}
+
+// handBindings gives the request's binding chunks to p, whose columns read
+// them: they go back to the pool when p's memory does. An answer whose
+// memory is not counted (and a pod query's views, which outlive their
+// request) leaves them to the collector.
+func (r *request) handBindings(p *Placement) {
+	if p.mem != nil && len(r.arenas) > 0 {
+		p.mem.mu.Lock()
+		p.mem.binds = append(p.mem.binds, r.arenas...)
+		p.mem.mu.Unlock()
+	}
+	r.arenas, r.bindArena = nil, nil
 }
 
 // maxBindHint bounds Engine.bindHint: a pod that binds hundreds of
@@ -280,6 +302,6 @@ func valueLabels(v ast.Value) map[string]string {
 	if md == nil {
 		return nil
 	}
-	labels, _ := stringMap(md, "labels", "metadata.labels", false)
+	labels, _ := stringMap(md, termLabels, false)
 	return labels
 }

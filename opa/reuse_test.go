@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -323,4 +324,51 @@ func TestDecodePodGivesTheSamePodForTheSameJSON(t *testing.T) {
 	if other.Name() != "same" {
 		t.Errorf("decoded %q", other.Name())
 	}
+}
+
+// TestReleasedAnswersKeepTheirPrintedValues: an answer's printed pod
+// values live in memory that goes back to a pool with the answer's; an
+// answer cut from a kept one must read its own pod's values after its
+// source was released by its caller and other pods' answers were made and
+// recycled (each printing other values into pooled memory).
+func TestReleasedAnswersKeepTheirPrintedValues(t *testing.T) {
+	ctx := context.Background()
+	var names []string
+	for i := range 9 {
+		names = append(names, fmt.Sprintf("n%d", i))
+	}
+	e := printingEngine(t, opa.Options{}, names)
+	var cands []opa.Candidate
+	for _, n := range names {
+		cands = append(cands, opa.Candidate{Name: n})
+	}
+	p := decoded(t, pod("default", "first-pod"))
+	want, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands), Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(answer(want), "\n"), "first-pod") {
+		t.Fatalf("the messages do not print the pod's name: %q", answer(want))
+	}
+	filter, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: cands, Reuse: opa.ReuseKeep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: p, Candidates: everyOther(cands), Reuse: opa.ReuseTake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter.Release() // cut still reads its cells and printed values
+	for i := range 2 * 4 {
+		other, err := e.Evaluate(ctx, opa.PlacementRequest{Decoded: decoded(t, pod("default", fmt.Sprintf("other-pod-%d", i))), Candidates: cands, Reuse: opa.ReuseKeep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = answer(other)
+		other.Release()
+	}
+	if g, w := answer(cut), answer(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("the cut answer after its source was released and recycled:\n got %q\nwant %q", g, w)
+	}
+	cut.Release()
 }

@@ -261,8 +261,10 @@ const maxPooledAnswer = 4 << 20
 // buffer of that size. Other values go through encoding/json.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
+	// The values are shared by every answer (Header.Set would make two
+	// slices per call); net/http copies a header when it is written and
+	// never changes the values it is given.
+	h["Content-Type"], h["X-Content-Type-Options"] = jsonContentType, noSniff
 	if a, ok := v.(jsonAppender); ok {
 		pool := &answerBuffers
 		if pa, ok := v.(pooledAnswer); ok {
@@ -295,6 +297,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing to do
 }
+
+var (
+	jsonContentType = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+)
 
 // spillAnswerAt is the answer length past which an answer is sent in
 // pieces: a filter answer for 5000 candidates that denies few of them is
