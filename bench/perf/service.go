@@ -283,11 +283,14 @@ type Service struct {
 	// Base is its HTTP base URL.
 	Base string
 	cmd  *exec.Cmd
+	gc   *gcTrace
 }
 
 // StartService runs bin in folder mode on dir (no cluster), listening on a
 // free loopback port, with pprof enabled and warnings only in its log
-// (written to stderr); extra flags follow those.
+// (written to stderr); extra flags follow those. The process runs with
+// GODEBUG=gctrace=1 added to the environment's: its collections are timed
+// (Collections), their lines kept out of the log.
 func StartService(bin, dir string, extra ...string) (*Service, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -297,12 +300,29 @@ func StartService(bin, dir string, extra ...string) (*Service, error) {
 	ln.Close()
 	args := append([]string{"serve", "--policy-dir", dir, "--no-cluster", "--listen", addr, "--enable-pprof", "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), "GODEBUG="+withGCTrace(os.Getenv("GODEBUG")))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	return &Service{Base: "http://" + addr, cmd: cmd}, nil
+	return &Service{Base: "http://" + addr, cmd: cmd, gc: readGCTrace(stderr, os.Stderr, time.Now)}, nil
 }
+
+// withGCTrace is a GODEBUG value with gctrace=1 added to godebug's
+// settings (the last setting of a name wins).
+func withGCTrace(godebug string) string {
+	if godebug == "" {
+		return "gctrace=1"
+	}
+	return godebug + ",gctrace=1"
+}
+
+// Collections are the service's collections so far, in the order they
+// ended.
+func (s *Service) Collections() []GCWindow { return s.gc.Windows() }
 
 // Pid is the process's.
 func (s *Service) Pid() int { return s.cmd.Process.Pid }
@@ -310,6 +330,7 @@ func (s *Service) Pid() int { return s.cmd.Process.Pid }
 // Stop kills the process and waits for it.
 func (s *Service) Stop() {
 	_ = s.cmd.Process.Kill()
+	<-s.gc.done // Wait closes the pipe: its reader first
 	_ = s.cmd.Wait()
 }
 

@@ -62,6 +62,9 @@ type client struct {
 	// inProcess: the server runs in this process (its collections are
 	// this process's).
 	inProcess bool
+	// collections are the server's collections so far, when it is a
+	// process of its own that reports them (perf.Service.Collections).
+	collections func() []perf.GCWindow
 }
 
 func newClient(base string, concurrency int) *client {
@@ -341,9 +344,12 @@ func check(out []byte, s scenario, want int) error {
 type sample struct {
 	d      time.Duration
 	oneOff bool
-	// gcEnded: a collection of this process ended while the request was
-	// in flight (in process only: the service's own collector then).
-	gcEnded bool
+	// gc: in process, a collection of this process (the service's own
+	// collector then) ended while the request was in flight; start and end
+	// are its wall-clock times, against which a service's collections are
+	// set after the phase (withCollections).
+	gc         bool
+	start, end int64 // Unix nanoseconds
 }
 
 // gcCycles reads this process's completed collections into s, a worker's
@@ -417,7 +423,12 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
-	res, err := summarize(s, f, results, elapsed)
+	gcKnown := c.inProcess
+	if c.collections != nil {
+		withCollections(results, c.collections())
+		gcKnown = true
+	}
+	res, err := summarize(s, f, results, elapsed, gcKnown)
 	if err != nil {
 		return Scenario{}, err
 	}
@@ -557,7 +568,9 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 				if c.inProcess {
 					gc0 = gcCycles(gcSample)
 				}
+				start := time.Now()
 				out, err := c.send(conn, s, body, p.JSON, &sink, &pbuf)
+				end := time.Now()
 				gcEnded := c.inProcess && gcCycles(gcSample) != gc0
 				if err != nil {
 					r.err = err
@@ -570,7 +583,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 					}
 				}
 				if keep {
-					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gcEnded: gcEnded})
+					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano()})
 					r.bodyBytes += int64(out.request)
 					r.respBytes += int64(out.answer)
 					r.scoredNodes += int64(out.scored)
@@ -587,10 +600,10 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, streams []
 
 // summarize is the scenario's latencies and sizes from its workers'
 // samples.
-func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration) (Scenario, error) {
+func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration, gcKnown bool) (Scenario, error) {
 	var all, oneOff, replicas, quiet []time.Duration
 	var reqBytes, resp, scoredCycles, scoredNodes int64
-	gcEnded := 0
+	withGC := 0
 	for _, r := range results {
 		if r.err != nil {
 			return Scenario{}, r.err
@@ -601,12 +614,12 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 				oneOff = append(oneOff, x.d)
 			} else {
 				replicas = append(replicas, x.d)
-				if !x.gcEnded {
+				if !x.gc {
 					quiet = append(quiet, x.d)
 				}
 			}
-			if x.gcEnded {
-				gcEnded++
+			if x.gc {
+				withGC++
 			}
 		}
 		reqBytes += r.bodyBytes
@@ -633,10 +646,11 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		RequestBytes:   reqBytes / int64(n),
 		ResponseBytes:  resp / int64(n),
 	}
-	if f.service == "" {
-		res.GCEndedPercent = math.Round(1000*float64(gcEnded)/float64(n)) / 10
+	if gcKnown {
+		res.GCEndedPercent = percent(withGC, n)
 		res.QuietReplicaP99Ms = ms(percentile(quiet, 0.99))
 	}
+	res.SlowGCPercent, res.SlowOneOffPercent = tailShares(results, percentile(all, 0.99), gcKnown)
 	if s.verb == "cycle" {
 		res.PrioritizedPercent = math.Round(1000*float64(scoredCycles)/float64(n)) / 10
 		if scoredCycles > 0 {
@@ -648,6 +662,50 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		res.OneOffMeanMs = ms(mean(oneOff))
 	}
 	return res, nil
+}
+
+// withCollections marks the samples that a collection overlapped.
+func withCollections(results []workerResult, windows []perf.GCWindow) {
+	for i := range results {
+		for j := range results[i].samples {
+			x := &results[i].samples[j]
+			x.gc = perf.GCOverlaps(windows, time.Unix(0, x.start), time.Unix(0, x.end))
+		}
+	}
+}
+
+// tailShares are the shares of the requests at or past p99 that had a
+// collection (-1 when unknown) and that were one-off pods: what the p99
+// is made of.
+func tailShares(results []workerResult, p99 time.Duration, gcKnown bool) (gc, oneOff float64) {
+	var slow, withGC, oneOffs int
+	for _, r := range results {
+		for _, x := range r.samples {
+			if x.d < p99 {
+				continue
+			}
+			slow++
+			if x.gc {
+				withGC++
+			}
+			if x.oneOff {
+				oneOffs++
+			}
+		}
+	}
+	gc = -1
+	if gcKnown {
+		gc = percent(withGC, slow)
+	}
+	return gc, percent(oneOffs, slow)
+}
+
+// percent is part of whole in percent, to one decimal (0 of none).
+func percent(part, whole int) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return math.Round(1000*float64(part)/float64(whole)) / 10
 }
 
 // percentile is the nearest-rank percentile of sorted durations.

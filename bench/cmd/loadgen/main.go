@@ -365,7 +365,7 @@ func run() error {
 		}
 		return nil
 	}}
-	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory, churn)
+	c, err := measure(ctx, f, rep, base, processCounters(env.engine), memory, churn, nil)
 	if err != nil {
 		return err
 	}
@@ -471,7 +471,7 @@ func runService(ctx context.Context, f *flags, dirs perf.Dirs, n int, rep *Repor
 			return err
 		}
 	}
-	c, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn)
+	c, err := measure(ctx, f, rep, svc.Base, serviceCounters(svc), svc.Memory, churn, svc.Collections)
 	if err != nil {
 		return err
 	}
@@ -492,11 +492,12 @@ func (f *flags) scenarioTime() time.Duration {
 }
 
 // measure runs the scenarios against the server at base, reading its
-// counters and memory with the functions given, and records its memory
-// after them.
-func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error), churn *perf.Churn) (*client, error) {
+// counters, memory and (nil: in process) collections with the functions
+// given, and records its memory after them.
+func measure(ctx context.Context, f *flags, rep *Report, base string, readCounters func() (counters, error), mem func() (Memory, error), churn *perf.Churn, collections func() []perf.GCWindow) (*client, error) {
 	c := newClient(base, f.concurrency)
 	c.counters, c.memory, c.nodeSize, c.inProcess, c.churn = readCounters, mem, f.nodeSize, f.service == "", churn
+	c.collections = collections
 	churn.Start(ctx)
 	err := runScenarios(ctx, f, c, rep)
 	written, churnErr := churn.Stop()

@@ -165,13 +165,19 @@ type Scenario struct {
 	OneOffP50Ms    float64 `json:"oneOffP50Ms,omitempty"`
 	OneOffMeanMs   float64 `json:"oneOffMeanMs,omitempty"`
 	// ReplicaP99Ms is the p99 of the replicas' requests alone, and
-	// QuietReplicaP99Ms that of those during which no collection ended;
-	// GCEndedPercent is the share of requests during which one did (in
-	// process only: -1 with -service). What the p99 is made of: one-off
-	// pods, collections, the rest.
+	// QuietReplicaP99Ms that of those that had no collection;
+	// GCEndedPercent is the share of requests that had one (-1: not
+	// known). In process a request had one when a collection of this
+	// process ended while it was in flight; with -service, when one of
+	// the service's collections (its GODEBUG=gctrace=1 lines) overlapped
+	// it. SlowGCPercent and SlowOneOffPercent are the shares of the
+	// requests at or past the p99 that had a collection (-1: not known)
+	// and that were one-off pods: what the p99 is made of.
 	ReplicaP99Ms      float64 `json:"replicaP99Ms"`
 	QuietReplicaP99Ms float64 `json:"quietReplicaP99Ms,omitempty"`
 	GCEndedPercent    float64 `json:"gcEndedPercent"`
+	SlowGCPercent     float64 `json:"slowGCPercent"`
+	SlowOneOffPercent float64 `json:"slowOneOffPercent"`
 	// AllocsPerRequest and BytesPerRequest are the whole process's
 	// (client and server share it) runtime.MemStats Mallocs and TotalAlloc
 	// deltas over the measured requests.
@@ -337,16 +343,19 @@ func printMarkdown(w io.Writer, r *Report) {
 	} else {
 		fmt.Fprintf(w, "Candidates: every names-only call names the same first Nodes of the %d (-rotate=false).\n\n", r.Load.Nodes)
 	}
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC end ms | GC ended in % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC ms | calls with a GC % | p99 calls with a GC % | p99 calls one-off % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
 		oneOff := "-" // no one-off pod among the measured requests
 		if s.OneOffRequests > 0 {
 			oneOff = fmt.Sprintf("%.3f", s.OneOffP50Ms)
 		}
-		quiet, gcEnded := "-", "-"
+		quiet, gcEnded, slowGC := "-", "-", "-"
 		if s.GCEndedPercent >= 0 {
 			quiet, gcEnded = fmt.Sprintf("%.3f", s.QuietReplicaP99Ms), fmt.Sprintf("%.1f", s.GCEndedPercent)
+		}
+		if s.SlowGCPercent >= 0 {
+			slowGC = fmt.Sprintf("%.1f", s.SlowGCPercent)
 		}
 		steal := "-"
 		if s.StealPercent >= 0 {
@@ -356,8 +365,8 @@ func printMarkdown(w io.Writer, r *Report) {
 		if strings.HasSuffix(s.Verb, "cycle") {
 			prioritized, scored = fmt.Sprintf("%.1f", s.PrioritizedPercent), fmt.Sprintf("%.1f", s.PrioritizedNodes)
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s | %.1f |\n",
-			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded,
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s | %.1f |\n",
+			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded, slowGC, s.SlowOneOffPercent,
 			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
 			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored, s.NodeUpdatesPerSecond)
 	}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/perf"
+)
+
+// TestTailWithCollections: calls that a service's collection overlapped
+// are counted, left out of the quiet replica p99, and named in what the
+// slowest calls are made of.
+func TestTailWithCollections(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+	var samples []sample
+	// 200 calls 1 ms apart, 0.5 ms each; calls 50 and 51 fall in a
+	// collection and take 5 ms; call 120 is a one-off pod that takes 4 ms.
+	for i := range 200 {
+		d := 500 * time.Microsecond
+		switch i {
+		case 50, 51:
+			d = 5 * time.Millisecond
+		case 120:
+			d = 4 * time.Millisecond
+		}
+		start := t0.Add(time.Duration(i) * time.Millisecond)
+		samples = append(samples, sample{d: d, oneOff: i == 120, start: start.UnixNano(), end: start.Add(d).UnixNano()})
+	}
+	gc := []perf.GCWindow{{Start: t0.Add(50200 * time.Microsecond), End: t0.Add(51300 * time.Microsecond)}}
+	for _, tc := range []struct {
+		name                       string
+		windows                    []perf.GCWindow
+		known                      bool
+		withGC, slowGC, slowOneOff float64
+		quietP99                   float64
+	}{
+		{"collections known", gc, true, 1.0, 66.7, 33.3, 0.5},
+		{"collections not known", nil, false, -1, -1, 33.3, 0},
+	} {
+		results := []workerResult{{samples: append([]sample(nil), samples...)}}
+		if tc.known {
+			withCollections(results, tc.windows)
+		}
+		res, err := summarize(scenario{verb: "cycle", nodes: 500}, &flags{concurrency: 1, duration: time.Second}, results, time.Second, tc.known)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.GCEndedPercent != tc.withGC || res.SlowGCPercent != tc.slowGC || res.SlowOneOffPercent != tc.slowOneOff || res.QuietReplicaP99Ms != tc.quietP99 {
+			t.Errorf("%s: calls with a GC %.1f%%, p99 calls with a GC %.1f%%, one-off %.1f%%, quiet replica p99 %.3f ms; want %.1f, %.1f, %.1f, %.3f",
+				tc.name, res.GCEndedPercent, res.SlowGCPercent, res.SlowOneOffPercent, res.QuietReplicaP99Ms, tc.withGC, tc.slowGC, tc.slowOneOff, tc.quietP99)
+		}
+	}
+}
