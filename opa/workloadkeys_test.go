@@ -67,9 +67,11 @@ var podChanges = []func(p map[string]any, rng *rand.Rand){
 	},
 	func(p map[string]any, rng *rand.Rand) {
 		eachContainer(p, func(m map[string]any) {
-			m["volumeMounts"] = append(m["volumeMounts"].([]any), map[string]any{"name": "host", "mountPath": []string{"/", "/data"}[rng.IntN(2)]})
+			mounts, _ := m["volumeMounts"].([]any) // none in a container another change added
+			m["volumeMounts"] = append(mounts, map[string]any{"name": "host", "mountPath": []string{"/", "/data"}[rng.IntN(2)]})
 		})
-		spec(p)["volumes"] = append(spec(p)["volumes"].([]any), map[string]any{"name": "host", "hostPath": map[string]any{"path": "/var"}})
+		volumes, _ := spec(p)["volumes"].([]any)
+		spec(p)["volumes"] = append(volumes, map[string]any{"name": "host", "hostPath": map[string]any{"path": "/var"}})
 	},
 }
 
