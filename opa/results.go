@@ -1,8 +1,9 @@
 package opa
 
 import (
-	"github.com/open-policy-agent/opa/v1/ast"
 	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"

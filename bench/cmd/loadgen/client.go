@@ -652,7 +652,7 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 	}
 	res.SlowGCPercent, res.SlowOneOffPercent = tailShares(results, percentile(all, 0.99), gcKnown)
 	if s.verb == "cycle" {
-		res.PrioritizedPercent = math.Round(1000*float64(scoredCycles)/float64(n)) / 10
+		res.PrioritizedPercent = percent(int(scoredCycles), n)
 		if scoredCycles > 0 {
 			res.PrioritizedNodes = math.Round(10*float64(scoredNodes)/float64(scoredCycles)) / 10
 		}

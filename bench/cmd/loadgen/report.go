@@ -343,33 +343,7 @@ func printMarkdown(w io.Writer, r *Report) {
 	} else {
 		fmt.Fprintf(w, "Candidates: every names-only call names the same first Nodes of the %d (-rotate=false).\n\n", r.Load.Nodes)
 	}
-	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC ms | calls with a GC % | p99 calls with a GC % | p99 calls one-off % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, s := range r.Scenarios {
-		oneOff := "-" // no one-off pod among the measured requests
-		if s.OneOffRequests > 0 {
-			oneOff = fmt.Sprintf("%.3f", s.OneOffP50Ms)
-		}
-		quiet, gcEnded, slowGC := "-", "-", "-"
-		if s.GCEndedPercent >= 0 {
-			quiet, gcEnded = fmt.Sprintf("%.3f", s.QuietReplicaP99Ms), fmt.Sprintf("%.1f", s.GCEndedPercent)
-		}
-		if s.SlowGCPercent >= 0 {
-			slowGC = fmt.Sprintf("%.1f", s.SlowGCPercent)
-		}
-		steal := "-"
-		if s.StealPercent >= 0 {
-			steal = fmt.Sprintf("%.1f", s.StealPercent)
-		}
-		prioritized, scored := "-", "-"
-		if strings.HasSuffix(s.Verb, "cycle") {
-			prioritized, scored = fmt.Sprintf("%.1f", s.PrioritizedPercent), fmt.Sprintf("%.1f", s.PrioritizedNodes)
-		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s | %.1f |\n",
-			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded, slowGC, s.SlowOneOffPercent,
-			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
-			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored, s.NodeUpdatesPerSecond)
-	}
+	printScenarios(w, r.Scenarios)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
@@ -414,6 +388,37 @@ func printMarkdown(w io.Writer, r *Report) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met)
 		}
+	}
+}
+
+// printScenarios is the table of the scenarios' figures, a row each.
+func printScenarios(w io.Writer, scenarios []Scenario) {
+	fmt.Fprintln(w, "| scenario | nodes | requests | req/s | p50 ms | p99 ms | p99.9 ms | max ms | mean ms | server mean ms | one-off p50 ms | replica p99 ms | replica p99 without a GC ms | calls with a GC % | p99 calls with a GC % | p99 calls one-off % | evaluations/req | memo hits/req | memo misses/req | eval errors/req | allocs/req | KiB alloc/req | request KiB | answer KiB | GCs | CPU ms/req | CPU steal % | cycles prioritized % | nodes prioritized | node updates/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, s := range scenarios {
+		oneOff := "-" // no one-off pod among the measured requests
+		if s.OneOffRequests > 0 {
+			oneOff = fmt.Sprintf("%.3f", s.OneOffP50Ms)
+		}
+		quiet, gcEnded, slowGC := "-", "-", "-"
+		if s.GCEndedPercent >= 0 {
+			quiet, gcEnded = fmt.Sprintf("%.3f", s.QuietReplicaP99Ms), fmt.Sprintf("%.1f", s.GCEndedPercent)
+		}
+		if s.SlowGCPercent >= 0 {
+			slowGC = fmt.Sprintf("%.1f", s.SlowGCPercent)
+		}
+		steal := "-"
+		if s.StealPercent >= 0 {
+			steal = fmt.Sprintf("%.1f", s.StealPercent)
+		}
+		prioritized, scored := "-", "-"
+		if strings.HasSuffix(s.Verb, "cycle") {
+			prioritized, scored = fmt.Sprintf("%.1f", s.PrioritizedPercent), fmt.Sprintf("%.1f", s.PrioritizedNodes)
+		}
+		fmt.Fprintf(w, "| %s %s | %d | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %d | %.3f | %s | %s | %s | %.1f |\n",
+			s.Verb, s.Mode, s.Nodes, s.Requests, s.RPS, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.MeanMs, s.ServerMeanMs, oneOff, s.ReplicaP99Ms, quiet, gcEnded, slowGC, s.SlowOneOffPercent,
+			s.EvaluationsPerRequest, s.MemoHitsPerRequest, s.MemoMissesPerRequest, s.EvalErrorsPerRequest,
+			s.AllocsPerRequest, s.BytesPerRequest/1024, float64(s.RequestBytes)/1024, float64(s.ResponseBytes)/1024, s.GCs, s.CPUMsPerRequest, steal, prioritized, scored, s.NodeUpdatesPerSecond)
 	}
 }
 
