@@ -3,6 +3,7 @@ package opa
 import (
 	"sync"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
@@ -41,13 +42,20 @@ type answerMemory struct {
 	source *Placement // the answer this one was cut from (restrict)
 }
 
+// The answers' lists, kept for the next answers (package freelist says
+// why not sync.Pool). An answer has a column of cells for each constraint
+// that denied or scored one of its candidates: more cell lists than
+// answers are in use at once.
 var (
-	verdictPool = sync.Pool{New: func() any { return new([]NodeVerdict) }}
-	columnPool  = sync.Pool{New: func() any { return new([]column) }}
-	commonPool  = sync.Pool{New: func() any { return new([]Violation) }}
-	cellPool    = sync.Pool{New: func() any { return new([]cell) }}
-	atPool      = sync.Pool{New: func() any { return new([]int32) }}
+	verdictPool = freelist.List[*[]NodeVerdict]{New: newSlice[NodeVerdict]}
+	columnPool  = freelist.List[*[]column]{New: newSlice[column]}
+	commonPool  = freelist.List[*[]Violation]{New: newSlice[Violation]}
+	cellPool    = freelist.List[*[]cell]{New: newSlice[cell], Max: 128}
+	atPool      = freelist.List[*[]int32]{New: newSlice[int32]}
 )
+
+// newSlice is a List's New for lists of T.
+func newSlice[T any]() *[]T { return new([]T) }
 
 // newPooledPlacement is an answer for n candidates whose node verdicts
 // come from the pool, with one reference (the caller's); for none, an
@@ -58,7 +66,7 @@ func newPooledPlacement(n int) *Placement {
 		// to recycle, and no pooled array to pin.
 		return &Placement{}
 	}
-	nodes := verdictPool.Get().(*[]NodeVerdict)
+	nodes := verdictPool.Get()
 	*nodes = resize(*nodes, n)
 	return &Placement{Nodes: *nodes, mem: &answerMemory{refs: 1, nodes: nodes}}
 }
@@ -69,7 +77,7 @@ func (p *Placement) newCells(n int) []cell {
 	if p.mem == nil {
 		return make([]cell, n)
 	}
-	c := cellPool.Get().(*[]cell)
+	c := cellPool.Get()
 	*c = resize(*c, n)
 	p.mem.mu.Lock()
 	p.mem.cells = append(p.mem.cells, c)
@@ -96,8 +104,8 @@ func (p *Placement) newCommon(n int) []Violation {
 
 // takeList takes from pool an empty list of capacity at least n, and
 // notes it in *slot for giveList.
-func takeList[T any](pool *sync.Pool, slot **[]T, n int) []T {
-	c := pool.Get().(*[]T)
+func takeList[T any](pool *freelist.List[*[]T], slot **[]T, n int) []T {
+	c := pool.Get()
 	if cap(*c) < n {
 		*c = make([]T, 0, n)
 	}
@@ -108,7 +116,7 @@ func takeList[T any](pool *sync.Pool, slot **[]T, n int) []T {
 // giveList clears the list noted in *slot, or grown, the answer's cur
 // (appending past the pooled capacity made a new one: the larger is
 // kept), and gives it back to pool.
-func giveList[T any](pool *sync.Pool, slot **[]T, cur []T) {
+func giveList[T any](pool *freelist.List[*[]T], slot **[]T, cur []T) {
 	c := *slot
 	if c == nil {
 		return
@@ -126,7 +134,7 @@ func giveList[T any](pool *sync.Pool, slot **[]T, cur []T) {
 // newAt gives p (an answer being cut from source, which must hold a
 // reference taken for p) its node map of n entries.
 func (p *Placement) newAt(n int, source *Placement) []int32 {
-	at := atPool.Get().(*[]int32)
+	at := atPool.Get()
 	*at = resize(*at, n)
 	p.mem.at, p.mem.source = at, source
 	return *at

@@ -8,6 +8,9 @@
 //   - opa/policy: the vocabulary (Action, ConstraintKey, Change, the
 //     enforcement point and annotation names); imports nothing of the
 //     project.
+//   - opa/freelist: the working memory requests hand on to the requests
+//     after them, kept through collections for any processor; imports
+//     nothing of the project.
 //   - internal/gatekeeper: Gatekeeper's semantics: ConstraintTemplates,
 //     Constraints, parameter schemas, spec.match, the admission review a
 //     template sees.

@@ -370,7 +370,7 @@ func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
 // candidates fills the request's node slots: request nodes converted, the
 // others looked up in the inventory.
 func (r *request) candidates(cands []Candidate) error {
-	r.scratch = scratchPool.Get().(*scratch)
+	r.scratch = scratchPool.Get()
 	r.scratch.grow(len(cands))
 	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)

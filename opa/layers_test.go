@@ -30,6 +30,7 @@ const (
 // this table fails the test: a new package takes a place deliberately.
 var layers = map[string][]string{
 	"opa/policy":             nil,
+	"opa/freelist":           nil,
 	"opa/internal/analysis":  nil,
 	"opa/internal/compact":   nil,
 	"opa/internal/jsonvalue": nil,
@@ -52,13 +53,13 @@ var layers = map[string][]string{
 		"opa/policy", "opa/internal/analysis", "opa/internal/memo", "opa/internal/lookup", "opa/internal/verdict",
 		"opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers"},
 	"opa": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue", "opa/internal/memo",
+		"opa/policy", "opa/freelist", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue", "opa/internal/memo",
 		"opa/internal/lookup", "opa/internal/verdict", "opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego", "opa/internal/drivers/cel", "opa/internal/policyset"},
 	"opa/enginemetrics":                    {"opa", "opa/policy"},
 	"opa/source":                           {"opa", "opa/policy"},
 	"opa/verify":                           {"opa", "opa/policy", "opa/source"},
 	"opa/opatest":                          {"opa", "opa/policy", "opa/source"},
-	"server":                               {"opa", "opa/policy", "opa/enginemetrics"},
+	"server":                               {"opa", "opa/policy", "opa/freelist", "opa/enginemetrics"},
 	"cmd/opa-scheduler-extender/heapfloor": nil,
 	"cmd/opa-scheduler-extender": {
 		"opa", "opa/policy", "opa/source", "opa/verify", "opa/enginemetrics", "server", "cmd/opa-scheduler-extender/heapfloor"},

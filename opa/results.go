@@ -1,10 +1,9 @@
 package opa
 
 import (
-	"sync"
-
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
@@ -82,7 +81,7 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 		return nil
 	}
 	if cap(r.bindArena)-len(r.bindArena) < len(b) {
-		c := bindPool.Get().(*verdict.Bindings)
+		c := bindPool.Get()
 		if n := max(len(b), int(r.e.bindHint.Load())); cap(*c) < n {
 			*c = make(verdict.Bindings, 0, n)
 		}
@@ -97,7 +96,9 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 	return r.bindArena[n : n+len(b) : n+len(b)]
 }
 
-var bindPool = sync.Pool{New: func() any { return new(verdict.Bindings) }}
+// bindPool keeps the binding chunks; a request cuts a few (package
+// freelist says why not sync.Pool).
+var bindPool = freelist.List[*verdict.Bindings]{New: func() *verdict.Bindings { return new(verdict.Bindings) }, Max: 32}
 
 // handBindings gives the request's binding chunks to p, whose columns read
 // them: they go back to the pool when p's memory does. An answer whose

@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 )
 
@@ -148,7 +149,7 @@ func (c *recent) reuse(snap *policyset.Snapshot, inventory ast.Value, pod *Pod, 
 	if k == nil {
 		return nil
 	}
-	buf := positionBuffers.Get().(*[]int)
+	buf := positionBuffers.Get()
 	defer positionBuffers.Put(buf)
 	idx, ok := k.positions(cands, *buf)
 	*buf = idx
@@ -161,7 +162,7 @@ func (c *recent) reuse(snap *policyset.Snapshot, inventory ast.Value, pod *Pod, 
 }
 
 // positionBuffers recycle positions' lists (restrict copies what it keeps).
-var positionBuffers = sync.Pool{New: func() any { return new([]int) }}
+var positionBuffers = freelist.List[*[]int]{New: newSlice[int]}
 
 // positions gives each candidate's index in the kept answer, false when
 // one is not there. kube-scheduler sends prioritize the nodes that passed

@@ -1,10 +1,9 @@
 package opa
 
 import (
-	"sync"
-
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
@@ -24,7 +23,9 @@ type scratch struct {
 	classAux   []any
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+// scratchPool keeps the scratch of past requests (package freelist says
+// why not sync.Pool).
+var scratchPool = freelist.List[*scratch]{New: func() *scratch { return new(scratch) }}
 
 // grow gives s's slices n elements each, zeroed.
 func (s *scratch) grow(n int) {
@@ -105,13 +106,13 @@ func (b *podBuffers) newView() *podView {
 	return v
 }
 
-var podBuffersPool = sync.Pool{New: func() any { return new(podBuffers) }}
+var podBuffersPool = freelist.List[*podBuffers]{New: func() *podBuffers { return new(podBuffers) }}
 
 // buffers gives the request its podBuffers, taken from the pool on first
 // use and given back by release.
 func (r *request) buffers() *podBuffers {
 	if r.pb == nil {
-		r.pb = podBuffersPool.Get().(*podBuffers)
+		r.pb = podBuffersPool.Get()
 	}
 	return r.pb
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -11,6 +10,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 )
 
 // filterAnswer is an ExtenderFilterResult written without reflection. At
@@ -38,7 +38,7 @@ type filterBuffers struct {
 	names        []string
 }
 
-var filterBuffersPool = sync.Pool{New: func() any { return new(filterBuffers) }}
+var filterBuffersPool = freelist.List[*filterBuffers]{New: func() *filterBuffers { return new(filterBuffers) }}
 
 // release drops what the lists refer to (placements, names) and returns
 // them to the pool.
@@ -270,13 +270,13 @@ var plainJSON = func() (t [256]bool) {
 }()
 
 // answerPool recycles answer buffers: a 5000-node filter answer is about
-// 700 KB. A buffer the pool does not give back (sync.Pool keeps each P's
-// last buffer to that P, and a collection empties it by halves) is made
-// at the size of the larger answers of its kind written lately, not grown
-// to it by doubling from a small one: that growth was 2 MB of garbage
-// after every collection.
+// 700 KB. The buffers stay in a free list, for any processor and through
+// collections (package freelist says why). A buffer smaller than the
+// larger answers of its kind written lately is replaced by one of their
+// size, not grown to it by doubling from a small one: growth by doubling
+// was 2 MB of garbage per buffer.
 type answerPool struct {
-	pool sync.Pool
+	pool freelist.List[*[]byte]
 	// large is the length of the larger answers written lately: the
 	// largest, decaying by a sixteenth with each smaller one (answers of
 	// one kind vary with how many nodes are denied).
@@ -285,7 +285,7 @@ type answerPool struct {
 
 func (p *answerPool) get() *[]byte {
 	want := p.large.Load()
-	if bp, ok := p.pool.Get().(*[]byte); ok && int64(cap(*bp)) >= want {
+	if bp := p.pool.Get(); bp != nil && int64(cap(*bp)) >= want {
 		return bp
 	}
 	b := make([]byte, 0, max(64<<10, want+want/8))

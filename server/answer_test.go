@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"sync"
+	"runtime"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -175,7 +175,7 @@ func TestFilterAnswerDecodesAsExtenderFilterResult(t *testing.T) {
 }
 
 // TestAnswerPoolSizesFromLargeAnswers: a buffer the pool cannot give back
-// is made at the size of the larger answers written lately (not grown to
+// (another call holds it) is made at the size of the larger answers written lately (not grown to
 // it from a small one), which decays as smaller answers follow.
 func TestAnswerPoolSizesFromLargeAnswers(t *testing.T) {
 	var p answerPool
@@ -184,7 +184,7 @@ func TestAnswerPoolSizesFromLargeAnswers(t *testing.T) {
 	}
 	big := make([]byte, 900<<10)
 	p.put(&big, len(big))
-	p.pool = sync.Pool{} // as after collections: the pool holds nothing
+	p.pool.Get() // as when another call holds it: the list holds nothing
 	if b := p.get(); cap(*b) < len(big) {
 		t.Errorf("after a %d-byte answer, a new buffer has %d bytes", len(big), cap(*b))
 	}
@@ -277,4 +277,47 @@ func wireNodes(t *testing.T, list *v1.NodeList) *nodeListWire {
 		out.Items = append(out.Items, b)
 	}
 	return out
+}
+
+// TestBuffersOutliveCollections: the buffers a filter call wrote its
+// answer into and read its candidates from are the next call's, after
+// two collections and on another goroutine (perhaps another processor):
+// a sync.Pool would have let them go, and a call at 5000 candidates would
+// make a megabyte anew, paying for it in mark assists when the collector
+// runs.
+func TestBuffersOutliveCollections(t *testing.T) {
+	s, _ := newTestServer(t, Options{})
+	h := s.Handler()
+	ns := make([]string, 2000)
+	for i := range ns {
+		ns[i] = fmt.Sprintf("bad-%05d", i) // denied: a long answer
+	}
+	body := mustJSON(t, extenderv1.ExtenderArgs{Pod: testPod("team-a", "web-1"), NodeNames: &ns})
+	call := func() {
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- do(t, h, http.MethodPost, "/filter", body) }()
+		if rec := <-done; rec.Code != http.StatusOK {
+			t.Fatalf("filter: %d %s", rec.Code, rec.Body)
+		}
+	}
+	peek := func() (*[]byte, *[]opa.Candidate, *bytes.Buffer) {
+		a, c, b := filterAnswerBuffers.pool.Get(), candidateBuffers.Get(), bodyBuffers.Get()
+		filterAnswerBuffers.pool.Put(a)
+		candidateBuffers.Put(c)
+		bodyBuffers.Put(b)
+		return a, c, b
+	}
+	call()
+	answer, cands, req := peek()
+	if answer == nil || cap(*answer) < 2000*len("bad-00000") || cap(*cands) < len(ns) || req.Cap() < len(body) {
+		t.Fatalf("after a call of %d candidates the kept buffers are too small for it", len(ns))
+	}
+	runtime.GC()
+	runtime.GC()
+	call()
+	answer2, cands2, req2 := peek()
+	if answer2 != answer || cands2 != cands || req2 != req {
+		t.Errorf("after two collections the call made new buffers (answer %v, candidates %v, body %v the same)",
+			answer2 == answer, cands2 == cands, req2 == req)
+	}
 }

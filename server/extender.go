@@ -78,7 +78,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	if len(na.names) == 0 {
 		return &wire, pod, na, &opa.Placement{}, nil
 	}
-	buf := candidateBuffers.Get().(*[]opa.Candidate)
+	buf := candidateBuffers.Get()
 	defer func() {
 		clear((*buf)[:cap(*buf)]) // nodes and names of this request: not the pool's to keep
 		candidateBuffers.Put(buf)
@@ -118,7 +118,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	buf := filterBuffersPool.Get().(*filterBuffers)
+	buf := filterBuffersPool.Get()
 	defer buf.release()
 	res := &filterAnswer{}
 	passed := buf.passed[:0] // indexes into na.names

@@ -1,6 +1,10 @@
 package server
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
+)
 
 // Node names. A names-only request carries every candidate's name: at
 // 5000 candidates, 80 KB of strings, a list of 5000 to hold them and a set
@@ -83,7 +87,7 @@ type nameBuffers struct {
 	seen  []uint64 // bitset over ids, all zero between uses
 }
 
-var nameBuffersPool = sync.Pool{New: func() any { return new(nameBuffers) }}
+var nameBuffersPool = freelist.List[*nameBuffers]{New: func() *nameBuffers { return new(nameBuffers) }}
 
 // release gives b back for a later request: nothing may read the lists
 // after (the interned strings themselves stay valid).

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 )
 
 // extenderArgsWire is ExtenderArgs with the pod and the Nodes' items left
@@ -44,14 +46,48 @@ type nodeListWire struct {
 // nodes is about 80 KiB, one with the full Nodes of 1000 kubelets about
 // 10 MB. Read into a new buffer, doubled from the start, such a body cost
 // the service a fifth of its CPU in that mode (the copies, and zeroing
-// each new buffer), so buffers up to keptBodyBytes are kept; a pool lets
-// them go after two collections without use. The buffer holds what the
-// body holds after white space is dropped (limitBodies), so a padded body
-// does not make its buffer big.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// each new buffer), so buffers up to keptBodyBytes are kept. Names-only
+// bodies' buffers (up to listedBodyBytes) stay in a free list, for any
+// processor and through collections (package freelist says why); larger
+// ones, full Nodes' megabytes, in a pool that lets them go after two
+// collections without use. The buffer holds what the body holds after
+// white space is dropped (limitBodies), so a padded body does not make its
+// buffer big.
+var (
+	bodyBuffers      = freelist.List[*bytes.Buffer]{New: func() *bytes.Buffer { return new(bytes.Buffer) }, Max: 4}
+	largeBodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+)
 
-// keptBodyBytes bounds the body buffers kept for later requests.
-const keptBodyBytes = 16 << 20
+const (
+	// listedBodyBytes bounds the body buffers kept in bodyBuffers: a
+	// names-only request for 40,000 nodes.
+	listedBodyBytes = 1 << 20
+	// keptBodyBytes bounds those kept at all.
+	keptBodyBytes = 16 << 20
+)
+
+// takeBody gives a body buffer, emptied: one kept before, or a new one.
+func takeBody() *bytes.Buffer {
+	buf := bodyBuffers.Get()
+	if buf.Cap() == 0 {
+		if large, ok := largeBodyBuffers.Get().(*bytes.Buffer); ok && large.Cap() > 0 {
+			bodyBuffers.Put(buf)
+			buf = large
+		}
+	}
+	buf.Reset()
+	return buf
+}
+
+// keepBody keeps buf for a later request, by its size.
+func keepBody(buf *bytes.Buffer) {
+	switch {
+	case buf.Cap() <= listedBodyBytes:
+		bodyBuffers.Put(buf)
+	case buf.Cap() <= keptBodyBytes: // a huge body is not kept for the next one
+		largeBodyBuffers.Put(buf)
+	}
+}
 
 // decodeExtenderArgs reads the ExtenderArgs of filter and prioritize.
 // encoding/json spends most of a large request on scanning the node names
@@ -65,13 +101,8 @@ func (s *Server) decodeExtenderArgs(w http.ResponseWriter, r *http.Request) (wir
 	if r.Body == nil || r.Body == http.NoBody {
 		return wire, release, badRequest("empty request body: expected a JSON %s", what)
 	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	release = func() {
-		if buf.Cap() <= keptBodyBytes { // a huge body is not kept for the next one
-			bodyBuffers.Put(buf)
-		}
-	}
+	buf := takeBody()
+	release = func() { keepBody(buf) }
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBodyBytes)); err != nil {
 		return wire, release, s.describeDecodeError(err, what)
 	}
@@ -276,7 +307,7 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 	if !sc.consume('[') {
 		return false
 	}
-	buf := nameBuffersPool.Get().(*nameBuffers)
+	buf := nameBuffersPool.Get()
 	spans, ok := sc.nameSpans(buf.spans[:0])
 	buf.spans = spans
 	if !ok {

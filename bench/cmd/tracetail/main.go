@@ -9,10 +9,14 @@
 // for those between the 45th and 55th, so that the tail can be read
 // against the median; the slowest are also split into those beside a
 // mark phase and the others. For each group it also says who held a
-// processor while the calls waited for one, and why and where the calls
-// were blocked (a lock such as the store's, a write of the answer):
+// processor while the calls waited for one, why and where the calls were
+// blocked (a lock such as the store's, a write of the answer), and where
+// they assisted the collector (the code whose allocation made them).
+// -slowest N lists the N slowest calls one by one: a mean can hide the
+// one call past a latency bound.
 //
 //	loadgen -trace /tmp/t- ... && tracetail /tmp/t-filter-names-500.trace
+//	tracetail -verb filter -slowest 10 service.trace
 package main
 
 import (
@@ -47,6 +51,9 @@ type call struct {
 	// (the transition's reason and the first frame outside the runtime
 	// and the sync packages).
 	blockedBy map[string]time.Duration
+	// assistedIn: the mark-assist time by the frame that allocated (the
+	// innermost outside the runtime) when the assist began.
+	assistedIn map[string]time.Duration
 }
 
 func (c *call) dur() time.Duration { return time.Duration(c.end - c.start) }
@@ -60,6 +67,8 @@ type gState struct {
 	blockedAt string
 	// assistSince, sweepSince: the open assist or sweep range, 0 if none.
 	assistSince, sweepSince trace.Time
+	// assistSite: where the open assist began (codeSite).
+	assistSite string
 	// root is the goroutine's root function, from the first stack of it
 	// the trace holds ("?" until then).
 	root string
@@ -69,6 +78,7 @@ type interval struct{ from, to trace.Time }
 
 func main() {
 	verb := flag.String("verb", "", "only regions of this verb (default: every region)")
+	slowest := flag.Int("slowest", 0, "also list this many of the slowest calls, one row each")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: tracetail [-verb filter] file.trace")
@@ -80,6 +90,7 @@ func main() {
 		os.Exit(1)
 	}
 	report(os.Stdout, calls)
+	listSlowest(os.Stdout, calls, *slowest)
 }
 
 // read walks the trace once, keeping each goroutine's state, and closes a
@@ -198,6 +209,14 @@ func read(path, verb string) ([]*call, error) {
 				}
 			case rg.Name == "GC mark assist":
 				s := g(rg.Scope.Goroutine())
+				if begin {
+					s.assistSite = codeSite(ev.Stack())
+				} else if s.open != nil && s.assistSince != 0 {
+					if s.open.assistedIn == nil {
+						s.open.assistedIn = map[string]time.Duration{}
+					}
+					s.open.assistedIn[s.assistSite] += time.Duration(now - max(s.assistSince, s.open.start))
+				}
 				s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist })
 			case rg.Name == "GC incremental sweep":
 				s := g(ev.Goroutine())
@@ -215,18 +234,22 @@ func read(path, verb string) ([]*call, error) {
 // blockSite names a block by its reason and the innermost frame outside
 // the runtime, sync and poll packages: the code that waited.
 func blockSite(reason string, stack trace.Stack) string {
-	site := "?"
-	for f := range stack.Frames() {
-		if !strings.HasPrefix(f.Func, "runtime.") && !strings.HasPrefix(f.Func, "sync.") &&
-			!strings.HasPrefix(f.Func, "internal/") && !strings.HasPrefix(f.Func, "syscall.") {
-			site = f.Func
-			break
-		}
-	}
 	if reason == "" {
 		reason = "syscall"
 	}
-	return reason + " in " + site
+	return reason + " in " + codeSite(stack)
+}
+
+// codeSite is the innermost frame of stack outside the runtime, sync and
+// poll packages, "?" if none.
+func codeSite(stack trace.Stack) string {
+	for f := range stack.Frames() {
+		if !strings.HasPrefix(f.Func, "runtime.") && !strings.HasPrefix(f.Func, "sync.") &&
+			!strings.HasPrefix(f.Func, "internal/") && !strings.HasPrefix(f.Func, "syscall.") {
+			return f.Func
+		}
+	}
+	return "?"
 }
 
 // rootOf is the outermost function of stack, "?" for an empty one.
@@ -340,6 +363,35 @@ func report(w io.Writer, calls []*call) {
 			continue
 		}
 		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.blockedBy }))
+	}
+	fmt.Fprintln(w, "\nWhile the call assisted the collector, mean ms per call by the code that allocated:")
+	for _, gr := range groups {
+		if len(gr.cs) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.assistedIn }))
+	}
+}
+
+// listSlowest prints the n slowest calls (calls sorted by report), the
+// slowest first, each with what its goroutine did and who held a
+// processor while it waited for one: a p99's mean can hide the one call
+// past a latency bound.
+func listSlowest(w io.Writer, calls []*call, n int) {
+	if n <= 0 || len(calls) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nThe %d slowest calls (ms):\n\n", min(n, len(calls)))
+	fmt.Fprintln(w, "| verb | ms | running | runnable | blocked | assist | sweep | mark overlap | stop-the-world | held a processor while it waited | blocked by | assisted in |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+	for i := len(calls) - 1; i >= max(0, len(calls)-n); i-- {
+		c := calls[i]
+		one := []*call{c}
+		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s |\n", c.verb, ms(c.dur()),
+			ms(c.running), ms(c.runnable), ms(c.blocked), ms(c.assist), ms(c.sweep), ms(c.markLap), ms(c.stw),
+			meanBy(one, func(c *call) map[string]time.Duration { return c.othersRan }),
+			meanBy(one, func(c *call) map[string]time.Duration { return c.blockedBy }),
+			meanBy(one, func(c *call) map[string]time.Duration { return c.assistedIn }))
 	}
 }
 
