@@ -67,7 +67,7 @@ func newPooledPlacement(n int) *Placement {
 		return &Placement{}
 	}
 	nodes := verdictPool.Get()
-	*nodes = resize(*nodes, n)
+	*nodes = zeroed(*nodes, n) // Release clears it before it goes back
 	return &Placement{Nodes: *nodes, mem: &answerMemory{refs: 1, nodes: nodes}}
 }
 
@@ -78,7 +78,7 @@ func (p *Placement) newCells(n int) []cell {
 		return make([]cell, n)
 	}
 	c := cellPool.Get()
-	*c = resize(*c, n)
+	*c = zeroed(*c, n) // Release clears it before it goes back
 	p.mem.mu.Lock()
 	p.mem.cells = append(p.mem.cells, c)
 	p.mem.mu.Unlock()

@@ -729,9 +729,7 @@ func (r *request) nodeClasses(bc *policyset.BoundConstraint, p *Placement) []int
 			r.slotValues[i] = s.value
 		}
 	}
-	ids, aux := r.scratch.classIDs, r.scratch.classAux
-	clear(ids)
-	clear(aux)
+	ids, aux := r.scratch.classIDs, r.scratch.classAux // Known writes every element
 	r.classAux = aux
 	remember := func(i int) bool { return !r.slots[i].fromRequest }
 	bc.Classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)

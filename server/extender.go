@@ -80,7 +80,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 	}
 	buf := candidateBuffers.Get()
 	defer func() {
-		clear((*buf)[:cap(*buf)]) // nodes and names of this request: not the pool's to keep
+		clear(*buf) // nodes and names of this request: not the list's to keep (past its length it is zero)
 		candidateBuffers.Put(buf)
 	}()
 	cands := na.candidates(&wire, *buf)

@@ -314,7 +314,13 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 		nameBuffersPool.Put(buf)
 		return false
 	}
-	buf.names = resize(buf.names, len(spans)) // never nil: an empty list is []
+	// intern writes every name: not cleared first, which would cost a write
+	// barrier per name while the collector marks. Never nil: an empty list
+	// is [].
+	if cap(buf.names) < len(spans) || buf.names == nil {
+		buf.names = make([]string, len(spans))
+	}
+	buf.names = buf.names[:len(spans)]
 	buf.ids = resize(buf.ids, len(spans))
 	internedNames.intern(sc.b, spans, buf.names, buf.ids)
 	wire.NodeNames, wire.names = &buf.names, buf

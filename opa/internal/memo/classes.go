@@ -113,13 +113,15 @@ func (c *Classes) Known(gen uint64, nums []int32, values []ast.Value, remember f
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for i := range nums {
-		ids[i], aux[i] = 0, nil
-		if gen != c.gen || values[i] == nil || !remember(i) || int(nums[i]) >= len(c.byID) {
-			continue
+		// Each element written once: while the collector marks, a write of
+		// aux's pointers costs a barrier.
+		id, a := 0, any(nil)
+		if gen == c.gen && values[i] != nil && remember(i) && int(nums[i]) < len(c.byID) {
+			if n := &c.byID[nums[i]]; n.value == values[i] {
+				id, a = n.id, n.aux
+			}
 		}
-		if n := &c.byID[nums[i]]; n.value == values[i] {
-			ids[i], aux[i] = n.id, n.aux
-		}
+		ids[i], aux[i] = id, a
 	}
 }
 
