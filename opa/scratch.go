@@ -52,7 +52,7 @@ func resize[T any](xs []T, n int) []T {
 // was given back, so that its whole capacity is zero already: it does not
 // clear it again. While the collector marks, clearing a list of pointers
 // costs a write barrier per element; at 5000 candidates the per-request
-// lists cleared twice (given back, then taken) were a fifth of a call's
+// lists cleared twice (given back, then taken) were a sixth of a call's
 // time in a mark phase (bench/README.md, "The longest calls").
 func zeroed[T any](xs []T, n int) []T {
 	if cap(xs) < n {
