@@ -152,10 +152,7 @@ func (s *Server) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if args.NodeNames != nil {
 		out := []string{}
 		if !na.full {
-			if cap(buf.names) < len(passed) || buf.names == nil {
-				buf.names = make([]string, len(passed)) // never nil: written as []
-			}
-			out = buf.names[:len(passed)]
+			out = extend(buf.names, len(passed)) // never nil: written as []
 			for j, i := range passed {
 				out[j] = na.names[i]
 			}

@@ -54,8 +54,8 @@ type nodeListWire struct {
 // white space is dropped (limitBodies), so a padded body does not make its
 // buffer big.
 var (
-	bodyBuffers      = freelist.List[*bytes.Buffer]{New: func() *bytes.Buffer { return new(bytes.Buffer) }, Max: 4}
-	largeBodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	bodyBuffers      = freelist.List[*bytes.Buffer]{Max: 4}
+	largeBodyBuffers sync.Pool
 )
 
 const (
@@ -69,11 +69,11 @@ const (
 // takeBody gives a body buffer, emptied: one kept before, or a new one.
 func takeBody() *bytes.Buffer {
 	buf := bodyBuffers.Get()
-	if buf.Cap() == 0 {
-		if large, ok := largeBodyBuffers.Get().(*bytes.Buffer); ok && large.Cap() > 0 {
-			bodyBuffers.Put(buf)
-			buf = large
-		}
+	if buf == nil {
+		buf, _ = largeBodyBuffers.Get().(*bytes.Buffer)
+	}
+	if buf == nil {
+		return new(bytes.Buffer)
 	}
 	buf.Reset()
 	return buf
@@ -314,13 +314,7 @@ func (sc *scanner) nodeNames(wire *extenderArgsWire) bool {
 		nameBuffersPool.Put(buf)
 		return false
 	}
-	// intern writes every name: not cleared first, which would cost a write
-	// barrier per name while the collector marks. Never nil: an empty list
-	// is [].
-	if cap(buf.names) < len(spans) || buf.names == nil {
-		buf.names = make([]string, len(spans))
-	}
-	buf.names = buf.names[:len(spans)]
+	buf.names = extend(buf.names, len(spans)) // intern writes every name
 	buf.ids = resize(buf.ids, len(spans))
 	internedNames.intern(sc.b, spans, buf.names, buf.ids)
 	wire.NodeNames, wire.names = &buf.names, buf
@@ -363,6 +357,16 @@ func resize[T any](xs []T, n int) []T {
 	xs = xs[:n]
 	clear(xs)
 	return xs
+}
+
+// extend gives xs n elements, never nil, without clearing them: for a
+// list its caller writes whole. While the collector marks, clearing a list
+// of pointers costs a write barrier per element.
+func extend[T any](xs []T, n int) []T {
+	if cap(xs) < n || xs == nil {
+		return make([]T, n)
+	}
+	return xs[:n]
 }
 
 // scanner checks JSON as encoding/json's grammar has it. Its maxDepth is

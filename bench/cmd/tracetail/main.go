@@ -132,11 +132,8 @@ func read(path, verb string) ([]*call, error) {
 			if s.open == nil || s.state != trace.GoRunnable {
 				continue
 			}
-			if s.open.othersRan == nil {
-				s.open.othersRan = map[string]time.Duration{}
-			}
 			for _, o := range running {
-				s.open.othersRan[o.root] += d
+				addTo(&s.open.othersRan, o.root, d)
 			}
 		}
 	}
@@ -211,13 +208,10 @@ func read(path, verb string) ([]*call, error) {
 				s := g(rg.Scope.Goroutine())
 				if begin {
 					s.assistSite = codeSite(ev.Stack())
-				} else if s.open != nil && s.assistSince != 0 {
-					if s.open.assistedIn == nil {
-						s.open.assistedIn = map[string]time.Duration{}
-					}
-					s.open.assistedIn[s.assistSite] += time.Duration(now - max(s.assistSince, s.open.start))
 				}
-				s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist })
+				if d := s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist }); d > 0 {
+					addTo(&s.open.assistedIn, s.assistSite, d)
+				}
 			case rg.Name == "GC incremental sweep":
 				s := g(ev.Goroutine())
 				s.goRange(&s.sweepSince, begin, now, func(c *call) *time.Duration { return &c.sweep })
@@ -271,19 +265,31 @@ func isVerb(s string) bool {
 
 // goRange opens (begin) or closes a range on the goroutine (a mark
 // assist, a sweep) whose start since holds; closing adds its part within
-// the open call to the call's field that field gives.
-func (s *gState) goRange(since *trace.Time, begin bool, now trace.Time, field func(*call) *time.Duration) {
+// the open call to the call's field that field gives, and returns that
+// part (0 when no call is open).
+func (s *gState) goRange(since *trace.Time, begin bool, now trace.Time, field func(*call) *time.Duration) time.Duration {
 	if begin {
 		*since = now
-		return
+		return 0
 	}
 	if *since == 0 {
-		return
+		return 0
 	}
+	var d time.Duration
 	if s.open != nil {
-		*field(s.open) += time.Duration(now - max(*since, s.open.start))
+		d = time.Duration(now - max(*since, s.open.start))
+		*field(s.open) += d
 	}
 	*since = 0
+	return d
+}
+
+// addTo adds d to (*m)[k], making the map on first use.
+func addTo(m *map[string]time.Duration, k string, d time.Duration) {
+	if *m == nil {
+		*m = map[string]time.Duration{}
+	}
+	(*m)[k] += d
 }
 
 // account adds the time since the last transition to the open call's
@@ -298,10 +304,7 @@ func (s *gState) account(now trace.Time) {
 			s.open.runnable += d
 		case trace.GoWaiting, trace.GoSyscall:
 			s.open.blocked += d
-			if s.open.blockedBy == nil {
-				s.open.blockedBy = map[string]time.Duration{}
-			}
-			s.open.blockedBy[s.blockedAt] += d
+			addTo(&s.open.blockedBy, s.blockedAt, d)
 		}
 	}
 	s.since = now
@@ -350,27 +353,25 @@ func report(w io.Writer, calls []*call) {
 			row(w, gr.name, gr.cs)
 		}
 	}
-	fmt.Fprintln(w, "\nWhile the call waited for a processor, mean ms per call that each goroutine (by root function) held one:")
-	for _, gr := range groups {
-		if len(gr.cs) == 0 {
-			continue
+	for _, b := range breakdowns {
+		fmt.Fprintf(w, "\nWhile the call %s, mean ms per call %s:\n", b.while, b.by)
+		for _, gr := range groups {
+			if len(gr.cs) > 0 {
+				fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, b.of))
+			}
 		}
-		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.othersRan }))
 	}
-	fmt.Fprintln(w, "\nWhile the call was blocked, mean ms per call by why and where:")
-	for _, gr := range groups {
-		if len(gr.cs) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.blockedBy }))
-	}
-	fmt.Fprintln(w, "\nWhile the call assisted the collector, mean ms per call by the code that allocated:")
-	for _, gr := range groups {
-		if len(gr.cs) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "- %s: %s\n", gr.name, meanBy(gr.cs, func(c *call) map[string]time.Duration { return c.assistedIn }))
-	}
+}
+
+// breakdowns are the maps of a call's time by who or where, as the report
+// prints them.
+var breakdowns = []struct {
+	while, by string
+	of        func(*call) map[string]time.Duration
+}{
+	{"waited for a processor", "that each goroutine (by root function) held one", func(c *call) map[string]time.Duration { return c.othersRan }},
+	{"was blocked", "by why and where", func(c *call) map[string]time.Duration { return c.blockedBy }},
+	{"assisted the collector", "by the code that allocated", func(c *call) map[string]time.Duration { return c.assistedIn }},
 }
 
 // listSlowest prints the n slowest calls (calls sorted by report), the
@@ -386,12 +387,12 @@ func listSlowest(w io.Writer, calls []*call, n int) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
 	for i := len(calls) - 1; i >= max(0, len(calls)-n); i-- {
 		c := calls[i]
-		one := []*call{c}
-		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s |\n", c.verb, ms(c.dur()),
-			ms(c.running), ms(c.runnable), ms(c.blocked), ms(c.assist), ms(c.sweep), ms(c.markLap), ms(c.stw),
-			meanBy(one, func(c *call) map[string]time.Duration { return c.othersRan }),
-			meanBy(one, func(c *call) map[string]time.Duration { return c.blockedBy }),
-			meanBy(one, func(c *call) map[string]time.Duration { return c.assistedIn }))
+		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", c.verb, ms(c.dur()),
+			ms(c.running), ms(c.runnable), ms(c.blocked), ms(c.assist), ms(c.sweep), ms(c.markLap), ms(c.stw))
+		for _, b := range breakdowns {
+			fmt.Fprintf(w, " %s |", meanBy([]*call{c}, b.of))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
