@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -651,6 +652,7 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		res.QuietReplicaP99Ms = ms(percentile(quiet, 0.99))
 	}
 	res.SlowGCPercent, res.SlowOneOffPercent = tailShares(results, percentile(all, 0.99), gcKnown)
+	res.Slowest = slowest(results, f.slowest, gcKnown)
 	if s.verb == "cycle" {
 		res.PrioritizedPercent = percent(int(scoredCycles), n)
 		if scoredCycles > 0 {
@@ -662,6 +664,29 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 		res.OneOffMeanMs = ms(mean(oneOff))
 	}
 	return res, nil
+}
+
+// slowest are the n slowest samples of results, the slowest first, each
+// timed from the earliest sample's start.
+func slowest(results []workerResult, n int, gcKnown bool) []SlowCall {
+	var all []sample
+	for _, r := range results {
+		all = append(all, r.samples...)
+	}
+	if n <= 0 || len(all) == 0 {
+		return nil
+	}
+	first := slices.MinFunc(all, func(a, b sample) int { return cmp.Compare(a.start, b.start) }).start
+	slices.SortStableFunc(all, func(a, b sample) int { return cmp.Compare(b.d, a.d) })
+	out := make([]SlowCall, 0, min(n, len(all)))
+	for _, x := range all[:min(n, len(all))] {
+		gc := "unknown"
+		if gcKnown {
+			gc = map[bool]string{true: "yes", false: "no"}[x.gc]
+		}
+		out = append(out, SlowCall{Ms: ms(x.d), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc})
+	}
+	return out
 }
 
 // withCollections marks the samples that a collection overlapped.

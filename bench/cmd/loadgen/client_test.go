@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -41,9 +42,21 @@ func TestTailWithCollections(t *testing.T) {
 		if tc.known {
 			withCollections(results, tc.windows)
 		}
-		res, err := summarize(scenario{verb: "cycle", nodes: 500}, &flags{concurrency: 1, duration: time.Second}, results, time.Second, tc.known)
+		res, err := summarize(scenario{verb: "cycle", nodes: 500}, &flags{concurrency: 1, duration: time.Second, slowest: 3}, results, time.Second, tc.known)
 		if err != nil {
 			t.Fatal(err)
+		}
+		gcOf := func(overlapped bool) string {
+			if !tc.known {
+				return "unknown"
+			}
+			return map[bool]string{true: "yes", false: "no"}[overlapped]
+		}
+		// 50 and 51 took 5 ms, each started 50 and 51 ms into the run and
+		// overlapped the collection; 120 took 4 ms and is the one-off pod.
+		wantSlowest := []SlowCall{{Ms: 5, AtSeconds: 0.05, GC: gcOf(true)}, {Ms: 5, AtSeconds: 0.051, GC: gcOf(true)}, {Ms: 4, AtSeconds: 0.12, OneOff: true, GC: gcOf(false)}}
+		if !slices.Equal(res.Slowest, wantSlowest) {
+			t.Errorf("%s: slowest %+v, want %+v", tc.name, res.Slowest, wantSlowest)
 		}
 		if res.GCEndedPercent != tc.withGC || res.SlowGCPercent != tc.slowGC || res.SlowOneOffPercent != tc.slowOneOff || res.QuietReplicaP99Ms != tc.quietP99 {
 			t.Errorf("%s: calls with a GC %.1f%%, p99 calls with a GC %.1f%%, one-off %.1f%%, quiet replica p99 %.3f ms; want %.1f, %.1f, %.1f, %.3f",

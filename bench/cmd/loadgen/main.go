@@ -64,6 +64,8 @@ type flags struct {
 	// tracePrefix: write a runtime trace of each scenario's measured
 	// requests to <tracePrefix><verb>-<mode>-<nodes>.trace.
 	tracePrefix string
+	// slowest: list this many of each scenario's slowest requests.
+	slowest int
 	// gcHeapFloor is the in-process service's heap floor (heapfloor);
 	// gcHeapFloorSet: given on the command line, so passed to -service too.
 	gcHeapFloor    int64
@@ -131,6 +133,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&raw.footprintSets, "footprint-sets", "", `policy sets the footprint processes load, comma-separated; empty: "mix,all" for -policy-set mix or all, "realistic" for realistic (with -node-size's nodes; the other sets with their default nodes)`)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured scenarios to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
+	fs.IntVar(&f.slowest, "slowest", 5, "list this many of each scenario's slowest requests in the report: when each came (seconds from the scenario's first request), whether a one-off pod, whether one of the server's collections overlapped it (0: none)")
 	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
 	fs.DurationVar(&f.floorCPU, "floor-cpu", 0, "with -floor: CPU time the floor server spends on each request before answering, on the request's thread and without allocating (e.g. the service's CPU ms/req): the floor rows then show the tail this machine gives that much work with no collector and no garbage")
 	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"); in this process, or with -service in a process of its own, as the service runs")
@@ -243,6 +246,9 @@ func (f *flags) check() error {
 	}
 	if f.duration <= 0 {
 		return errors.New("-duration must be positive")
+	}
+	if f.slowest < 0 {
+		return errors.New("-slowest must be 0 or more")
 	}
 	if f.oneOffShare < 0 || f.oneOffShare > 1 {
 		return errors.New("-one-off must be within 0..1")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,6 +179,10 @@ type Scenario struct {
 	GCEndedPercent    float64 `json:"gcEndedPercent"`
 	SlowGCPercent     float64 `json:"slowGCPercent"`
 	SlowOneOffPercent float64 `json:"slowOneOffPercent"`
+	// Slowest are the scenario's slowest requests, the slowest first
+	// (-slowest): when in the run each came and what it was, so that the
+	// longest call is read as one call, not as a percentile.
+	Slowest []SlowCall `json:"slowest,omitempty"`
 	// AllocsPerRequest and BytesPerRequest are the whole process's
 	// (client and server share it) runtime.MemStats Mallocs and TotalAlloc
 	// deltas over the measured requests.
@@ -344,6 +349,12 @@ func printMarkdown(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "Candidates: every names-only call names the same first Nodes of the %d (-rotate=false).\n\n", r.Load.Nodes)
 	}
 	printScenarios(w, r.Scenarios)
+	if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return len(s.Slowest) > 0 }) {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it:")
+		fmt.Fprintln(w)
+		printSlowest(w, r.Scenarios)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| memory | VmRSS MiB | peak VmRSS MiB | live heap MiB | heap spans in use MiB | VmRSS after FreeOSMemory MiB |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
@@ -388,6 +399,46 @@ func printMarkdown(w io.Writer, r *Report) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met)
 		}
+	}
+}
+
+// SlowCall is one of a scenario's slowest requests.
+type SlowCall struct {
+	Ms float64 `json:"ms"`
+	// AtSeconds is when it started, from the first measured request's
+	// start.
+	AtSeconds float64 `json:"atSeconds"`
+	OneOff    bool    `json:"oneOff"`
+	// GC: a collection of the server's overlapped it ("unknown" where the
+	// server's collections are not known).
+	GC string `json:"gc"`
+}
+
+// printSlowest lists each scenario's slowest requests, one line each
+// scenario.
+func printSlowest(w io.Writer, scenarios []Scenario) {
+	for _, s := range scenarios {
+		if len(s.Slowest) == 0 {
+			continue
+		}
+		parts := make([]string, len(s.Slowest))
+		for i, c := range s.Slowest {
+			var what []string
+			if c.OneOff {
+				what = append(what, "one-off")
+			}
+			switch c.GC {
+			case "yes":
+				what = append(what, "GC")
+			case "unknown":
+				what = append(what, "GC unknown")
+			}
+			parts[i] = fmt.Sprintf("%.1f ms at %.2f s", c.Ms, c.AtSeconds)
+			if len(what) > 0 {
+				parts[i] += " (" + strings.Join(what, ", ") + ")"
+			}
+		}
+		fmt.Fprintf(w, "- %s: %s\n", s.Name, strings.Join(parts, "; "))
 	}
 }
 

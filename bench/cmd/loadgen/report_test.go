@@ -42,6 +42,33 @@ func TestMachineJitterReported(t *testing.T) {
 
 // TestMain lets this test binary stand in for loadgen in the processes
 // loadgen starts of itself (-time-jitter), as the binary does.
+// TestSlowestReported: the report lists each scenario's slowest requests
+// with when they came and what they were, and has no such list when none
+// was kept (-slowest 0).
+func TestSlowestReported(t *testing.T) {
+	slow := []SlowCall{{Ms: 18.5, AtSeconds: 13.89, GC: "yes"}, {Ms: 12.8, AtSeconds: 47.45, OneOff: true, GC: "no"}, {Ms: 9.1, AtSeconds: 2.5, GC: "unknown"}}
+	for _, tc := range []struct {
+		name      string
+		scenarios []Scenario
+		want      []string
+	}{
+		{"kept", []Scenario{{Name: "cycle/names/500", Slowest: slow}, {Name: "cycle/names/5000"}},
+			[]string{"Slowest requests", "- cycle/names/500: 18.5 ms at 13.89 s (GC); 12.8 ms at 47.45 s (one-off); 9.1 ms at 2.50 s (GC unknown)\n"}},
+		{"none kept", []Scenario{{Name: "cycle/names/500"}}, nil},
+	} {
+		var out bytes.Buffer
+		printMarkdown(&out, &Report{Machine: Machine{NumCPU: 2}, Scenarios: tc.scenarios})
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: the report lacks %q:\n%s", tc.name, w, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "cycle/names/5000:") || (tc.want == nil && strings.Contains(out.String(), "Slowest requests")) {
+			t.Errorf("%s: the report lists slowest requests it was not given:\n%s", tc.name, out.String())
+		}
+	}
+}
+
 func TestMain(m *testing.M) {
 	if slices.Contains(os.Args[1:], "-time-jitter") {
 		if err := run(); err != nil {
