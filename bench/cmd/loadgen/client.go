@@ -175,59 +175,94 @@ func (w *wire) do(verb string, body []byte, sink *bytes.Buffer) (int, int, error
 	return resp.StatusCode, int(n), err
 }
 
-// serverTotals reads the service's own request_duration_seconds sum and
-// count for verb (result ok) from /metrics: the time from the handler's
-// start to the answer written, without the client and the connection.
-func (c *client) serverTotals(ctx context.Context, verb string) (sum, count float64, err error) {
+// serverTotals are the service's own request_duration_seconds for a verb
+// (result ok) from /metrics: the time from the handler's start to the
+// answer written, without the client and the connection.
+type serverTotals struct {
+	sum, count float64
+	// over10ms and over25ms count the calls past those buckets' bounds:
+	// the service's own long calls, against which the client's longest
+	// cycles are read.
+	over10ms, over25ms float64
+}
+
+func (t serverTotals) add(o serverTotals) serverTotals {
+	return serverTotals{t.sum + o.sum, t.count + o.count, t.over10ms + o.over10ms, t.over25ms + o.over25ms}
+}
+
+func (t serverTotals) sub(o serverTotals) serverTotals {
+	return serverTotals{t.sum - o.sum, t.count - o.count, t.over10ms - o.over10ms, t.over25ms - o.over25ms}
+}
+
+// serverTotals reads them for verb.
+func (c *client) serverTotals(ctx context.Context, verb string) (serverTotals, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return serverTotals{}, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return serverTotals{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, err
+		return serverTotals{}, err
 	}
+	return parseServerTotals(string(b), verb)
+}
+
+// parseServerTotals reads verb's totals from a /metrics exposition.
+func parseServerTotals(exposition, verb string) (serverTotals, error) {
 	const name = "opa_scheduler_extender_request_duration_seconds"
-	labels := `{result="ok",verb="` + verb + `"} `
+	labels := `{result="ok",verb="` + verb + `"`
+	var t serverTotals
+	var within10ms, within25ms float64
+	series := map[string]*float64{
+		name + "_sum" + labels + "} ":               &t.sum,
+		name + "_count" + labels + "} ":             &t.count,
+		name + "_bucket" + labels + `,le="0.01"} `:  &within10ms,
+		name + "_bucket" + labels + `,le="0.025"} `: &within25ms,
+	}
 	found := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		for suffix, dst := range map[string]*float64{"_sum": &sum, "_count": &count} {
-			if v, ok := strings.CutPrefix(line, name+suffix+labels); ok {
-				if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-					return 0, 0, fmt.Errorf("/metrics: %s: %w", line, err)
+	for line := range strings.SplitSeq(exposition, "\n") {
+		for prefix, dst := range series {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return serverTotals{}, fmt.Errorf("/metrics: %s: %w", line, err)
 				}
+				*dst = f
 				found++
 			}
 		}
 	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("/metrics: no %s%s", name, labels)
+	if found != len(series) {
+		return serverTotals{}, fmt.Errorf("/metrics: no %s%s} with its sum, count and 10 and 25 ms buckets", name, labels)
 	}
-	return sum, count, nil
+	t.over10ms, t.over25ms = t.count-within10ms, t.count-within25ms
+	return t, nil
 }
 
 // serverTotalsOf is serverTotals for a measured call of verb: a cycle's
-// time is its requests' together, counted once per cycle.
-func (c *client) serverTotalsOf(ctx context.Context, verb string) (sum, count float64, err error) {
+// filter and prioritize summed (the mean per cycle is filter's count's),
+// the long calls of either counted.
+func (c *client) serverTotalsOf(ctx context.Context, verb string) (serverTotals, error) {
 	if c.noMetrics {
-		return 0, 0, nil
+		return serverTotals{}, nil
 	}
+	var sum serverTotals
 	for i, v := range verbsOf(verb) {
-		s, n, err := c.serverTotals(ctx, v)
+		t, err := c.serverTotals(ctx, v)
 		if err != nil {
-			return 0, 0, err
+			return serverTotals{}, err
 		}
-		sum += s
-		if i == 0 {
-			count = n
+		if i > 0 {
+			t.count = 0 // a cycle counts once
 		}
+		sum = sum.add(t)
 	}
-	return sum, count, nil
+	return sum, nil
 }
 
 // filterOutcome checks a filter answer and counts its nodes.
@@ -394,7 +429,7 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 			}
 		}
 	}
-	sum0, count0, err := c.serverTotalsOf(ctx, s.verb)
+	server0, err := c.serverTotalsOf(ctx, s.verb)
 	if err != nil {
 		return Scenario{}, err
 	}
@@ -420,7 +455,7 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	if err != nil {
 		return Scenario{}, err
 	}
-	sum1, count1, err := c.serverTotalsOf(ctx, s.verb)
+	server1, err := c.serverTotalsOf(ctx, s.verb)
 	if err != nil {
 		return Scenario{}, err
 	}
@@ -448,8 +483,9 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	res.MemoHitsPerRequest = per(before.stats.MemoHits, after.stats.MemoHits)
 	res.MemoMissesPerRequest = per(before.stats.MemoMisses, after.stats.MemoMisses)
 	res.EvalErrorsPerRequest = per(before.stats.EvalErrors, after.stats.EvalErrors)
-	if count1 > count0 {
-		res.ServerMeanMs = math.Round((sum1-sum0)/(count1-count0)*1e6) / 1e3
+	if server := server1.sub(server0); server.count > 0 {
+		res.ServerMeanMs = math.Round(server.sum/server.count*1e6) / 1e3
+		res.ServerOver10ms, res.ServerOver25ms = int(server.over10ms), int(server.over25ms)
 	}
 	return res, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,39 @@ func TestTailWithCollections(t *testing.T) {
 			t.Errorf("%s: calls with a GC %.1f%%, p99 calls with a GC %.1f%%, one-off %.1f%%, quiet replica p99 %.3f ms; want %.1f, %.1f, %.1f, %.3f",
 				tc.name, res.GCEndedPercent, res.SlowGCPercent, res.SlowOneOffPercent, res.QuietReplicaP99Ms, tc.withGC, tc.slowGC, tc.slowOneOff, tc.quietP99)
 		}
+	}
+}
+
+// TestParseServerTotals: the service's own sum, count and long calls are
+// read from its histogram, for the verb asked and the ok result only; a
+// histogram without the 10 and 25 ms buckets is an error, not zeros.
+func TestParseServerTotals(t *testing.T) {
+	const name = "opa_scheduler_extender_request_duration_seconds"
+	exposition := strings.Join([]string{
+		"# TYPE " + name + " histogram",
+		name + `_bucket{result="ok",verb="filter",le="0.005"} 90`,
+		name + `_bucket{result="ok",verb="filter",le="0.01"} 97`,
+		name + `_bucket{result="ok",verb="filter",le="0.025"} 99`,
+		name + `_bucket{result="ok",verb="filter",le="+Inf"} 100`,
+		name + `_sum{result="ok",verb="filter"} 0.45`,
+		name + `_count{result="ok",verb="filter"} 100`,
+		name + `_bucket{result="error",verb="filter",le="0.01"} 0`,
+		name + `_bucket{result="ok",verb="prioritize",le="0.01"} 100`,
+		name + `_bucket{result="ok",verb="prioritize",le="0.025"} 100`,
+		name + `_sum{result="ok",verb="prioritize"} 0.1`,
+		name + `_count{result="ok",verb="prioritize"} 100`,
+	}, "\n")
+	got, err := parseServerTotals(exposition, "filter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (serverTotals{sum: 0.45, count: 100, over10ms: 3, over25ms: 1}); got != want {
+		t.Errorf("filter: %+v, want %+v", got, want)
+	}
+	if got, err := parseServerTotals(exposition, "prioritize"); err != nil || got.over10ms != 0 || got.count != 100 {
+		t.Errorf("prioritize: %+v, %v; want 100 calls, none past 10 ms", got, err)
+	}
+	if _, err := parseServerTotals(strings.ReplaceAll(exposition, `le="0.025"`, `le="0.03"`), "filter"); err == nil {
+		t.Error("a histogram without a 25 ms bucket was read")
 	}
 }

@@ -21,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -382,12 +383,13 @@ func listSlowest(w io.Writer, calls []*call, n int) {
 	if n <= 0 || len(calls) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nThe %d slowest calls (ms):\n\n", min(n, len(calls)))
-	fmt.Fprintln(w, "| verb | ms | running | runnable | blocked | assist | sweep | mark overlap | stop-the-world | held a processor while it waited | blocked by | assisted in |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+	first := slices.MinFunc(calls, func(a, b *call) int { return cmp.Compare(a.start, b.start) }).start
+	fmt.Fprintf(w, "\nThe %d slowest calls (ms; at: seconds from the trace's first call's start):\n\n", min(n, len(calls)))
+	fmt.Fprintln(w, "| verb | at s | ms | running | runnable | blocked | assist | sweep | mark overlap | stop-the-world | held a processor while it waited | blocked by | assisted in |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
 	for i := len(calls) - 1; i >= max(0, len(calls)-n); i-- {
 		c := calls[i]
-		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", c.verb, ms(c.dur()),
+		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", c.verb, time.Duration(c.start-first).Seconds(), ms(c.dur()),
 			ms(c.running), ms(c.runnable), ms(c.blocked), ms(c.assist), ms(c.sweep), ms(c.markLap), ms(c.stw))
 		for _, b := range breakdowns {
 			fmt.Fprintf(w, " %s |", meanBy([]*call{c}, b.of))

@@ -108,23 +108,24 @@ func TestReportSplitsTheSlowest(t *testing.T) {
 }
 
 // TestListSlowest: -slowest lists the n slowest calls, the slowest first,
-// each with where it assisted the collector.
+// each with when it started and where it assisted the collector.
 func TestListSlowest(t *testing.T) {
 	var calls []*call
 	for i := range 10 {
-		calls = append(calls, &call{verb: "filter", end: xtrace.Time((i + 1) * 1_000_000)})
+		start := xtrace.Time(i * 100_000_000) // call i at 0.1*i s, i+1 ms long
+		calls = append(calls, &call{verb: "filter", start: start, end: start + xtrace.Time((i+1)*1_000_000)})
 	}
 	calls[9].assist, calls[9].assistedIn = 2*time.Millisecond, map[string]time.Duration{"server.(*answerPool).get": 2 * time.Millisecond}
 	var out strings.Builder
 	report(&out, calls) // sorts calls by length
 	listSlowest(&out, calls, 2)
 	text := out.String()
-	first := strings.Index(text, "| filter | 10.000 |")
-	second := strings.Index(text, "| filter | 9.000 |")
+	first := strings.Index(text, "| filter | 0.900 | 10.000 |")
+	second := strings.Index(text, "| filter | 0.800 | 9.000 |")
 	if first < 0 || second < first {
 		t.Fatalf("the slowest calls are not listed slowest first:\n%s", text)
 	}
-	if strings.Contains(text, "| filter | 8.000 |") {
+	if strings.Contains(text, "| 8.000 |") {
 		t.Errorf("-slowest 2 listed a third call:\n%s", text)
 	}
 	if !strings.Contains(text[first:second], "server.(*answerPool).get 2.000") {
