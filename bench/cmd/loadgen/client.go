@@ -182,16 +182,18 @@ type serverTotals struct {
 	sum, count float64
 	// over10ms and over25ms count the calls past those buckets' bounds:
 	// the service's own long calls, against which the client's longest
-	// cycles are read.
+	// cycles are read. long: the histogram has both buckets (a service
+	// with other bounds has neither count).
 	over10ms, over25ms float64
+	long               bool
 }
 
 func (t serverTotals) add(o serverTotals) serverTotals {
-	return serverTotals{t.sum + o.sum, t.count + o.count, t.over10ms + o.over10ms, t.over25ms + o.over25ms}
+	return serverTotals{t.sum + o.sum, t.count + o.count, t.over10ms + o.over10ms, t.over25ms + o.over25ms, t.long && o.long}
 }
 
 func (t serverTotals) sub(o serverTotals) serverTotals {
-	return serverTotals{t.sum - o.sum, t.count - o.count, t.over10ms - o.over10ms, t.over25ms - o.over25ms}
+	return serverTotals{t.sum - o.sum, t.count - o.count, t.over10ms - o.over10ms, t.over25ms - o.over25ms, t.long && o.long}
 }
 
 // serverTotals reads them for verb.
@@ -224,7 +226,7 @@ func parseServerTotals(exposition, verb string) (serverTotals, error) {
 		name + "_bucket" + labels + `,le="0.01"} `:  &within10ms,
 		name + "_bucket" + labels + `,le="0.025"} `: &within25ms,
 	}
-	found := 0
+	found := map[*float64]bool{}
 	for line := range strings.SplitSeq(exposition, "\n") {
 		for prefix, dst := range series {
 			if v, ok := strings.CutPrefix(line, prefix); ok {
@@ -233,14 +235,16 @@ func parseServerTotals(exposition, verb string) (serverTotals, error) {
 					return serverTotals{}, fmt.Errorf("/metrics: %s: %w", line, err)
 				}
 				*dst = f
-				found++
+				found[dst] = true
 			}
 		}
 	}
-	if found != len(series) {
-		return serverTotals{}, fmt.Errorf("/metrics: no %s%s} with its sum, count and 10 and 25 ms buckets", name, labels)
+	if !found[&t.sum] || !found[&t.count] {
+		return serverTotals{}, fmt.Errorf("/metrics: no %s_sum and _count%s}", name, labels)
 	}
-	t.over10ms, t.over25ms = t.count-within10ms, t.count-within25ms
+	if t.long = found[&within10ms] && found[&within25ms]; t.long {
+		t.over10ms, t.over25ms = t.count-within10ms, t.count-within25ms
+	}
 	return t, nil
 }
 
@@ -485,7 +489,10 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 	res.EvalErrorsPerRequest = per(before.stats.EvalErrors, after.stats.EvalErrors)
 	if server := server1.sub(server0); server.count > 0 {
 		res.ServerMeanMs = math.Round(server.sum/server.count*1e6) / 1e3
-		res.ServerOver10ms, res.ServerOver25ms = int(server.over10ms), int(server.over25ms)
+		res.ServerOver10ms, res.ServerOver25ms = -1, -1
+		if server.long {
+			res.ServerOver10ms, res.ServerOver25ms = int(server.over10ms), int(server.over25ms)
+		}
 	}
 	return res, nil
 }

@@ -68,7 +68,8 @@ func TestTailWithCollections(t *testing.T) {
 
 // TestParseServerTotals: the service's own sum, count and long calls are
 // read from its histogram, for the verb asked and the ok result only; a
-// histogram without the 10 and 25 ms buckets is an error, not zeros.
+// histogram without the 10 and 25 ms buckets gives no long calls rather
+// than zeros, one without its sum or count an error.
 func TestParseServerTotals(t *testing.T) {
 	const name = "opa_scheduler_extender_request_duration_seconds"
 	exposition := strings.Join([]string{
@@ -89,13 +90,16 @@ func TestParseServerTotals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (serverTotals{sum: 0.45, count: 100, over10ms: 3, over25ms: 1}); got != want {
+	if want := (serverTotals{sum: 0.45, count: 100, over10ms: 3, over25ms: 1, long: true}); got != want {
 		t.Errorf("filter: %+v, want %+v", got, want)
 	}
 	if got, err := parseServerTotals(exposition, "prioritize"); err != nil || got.over10ms != 0 || got.count != 100 {
 		t.Errorf("prioritize: %+v, %v; want 100 calls, none past 10 ms", got, err)
 	}
-	if _, err := parseServerTotals(strings.ReplaceAll(exposition, `le="0.025"`, `le="0.03"`), "filter"); err == nil {
-		t.Error("a histogram without a 25 ms bucket was read")
+	if got, err := parseServerTotals(strings.ReplaceAll(exposition, `le="0.025"`, `le="0.03"`), "filter"); err != nil || got.long || got.over10ms != 0 || got.count != 100 {
+		t.Errorf("without a 25 ms bucket: %+v, %v; want 100 calls and no long-call counts", got, err)
+	}
+	if _, err := parseServerTotals(strings.ReplaceAll(exposition, `_count{result="ok",verb="filter"}`, `_count{result="ok",verb="bind"}`), "filter"); err == nil {
+		t.Error("a histogram without filter's count was read")
 	}
 }

@@ -165,7 +165,8 @@ type Scenario struct {
 	// (filter and prioritize for a cycle) past 10 and 25 ms, from the
 	// same histogram: how many of the longest requests the service's
 	// handler made, and how many the rest of the way (the connection, the
-	// client, the machine's two processes) did.
+	// client, the machine's two processes) did; -1 where the histogram has
+	// no such buckets.
 	ServerOver10ms int `json:"serverOver10ms"`
 	ServerOver25ms int `json:"serverOver25ms"`
 	// OneOff* are the one-off pods' requests alone (memo misses).
@@ -446,7 +447,7 @@ func printSlowest(w io.Writer, scenarios []Scenario) {
 			}
 		}
 		server := ""
-		if s.ServerMeanMs > 0 {
+		if s.ServerMeanMs > 0 && s.ServerOver10ms >= 0 {
 			server = fmt.Sprintf("; the service's own calls past 10 ms: %d, past 25 ms: %d", s.ServerOver10ms, s.ServerOver25ms)
 		}
 		fmt.Fprintf(w, "- %s: %s%s\n", s.Name, strings.Join(parts, "; "), server)

@@ -54,6 +54,8 @@ func TestSlowestReported(t *testing.T) {
 	}{
 		{"kept", []Scenario{{Name: "cycle/names/500", Slowest: slow, ServerMeanMs: 0.7, ServerOver10ms: 2}, {Name: "cycle/names/5000"}},
 			[]string{"Slowest requests", "- cycle/names/500: 18.5 ms at 13.89 s (GC); 12.8 ms at 47.45 s (one-off); 9.1 ms at 2.50 s (GC unknown); the service's own calls past 10 ms: 2, past 25 ms: 0\n"}},
+		{"long calls not known", []Scenario{{Name: "cycle/names/500", Slowest: slow[:1], ServerMeanMs: 0.7, ServerOver10ms: -1, ServerOver25ms: -1}},
+			[]string{"- cycle/names/500: 18.5 ms at 13.89 s (GC)\n"}},
 		{"none kept", []Scenario{{Name: "cycle/names/500"}}, nil},
 	} {
 		var out bytes.Buffer
