@@ -495,9 +495,10 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, c *verbCall, bod
 	}
 }
 
-// withTimeout derives the request's evaluation context.
+// withTimeout derives the request's evaluation context (callContext: its
+// timer is made only if an evaluation waits on it).
 func (s *Server) withTimeout(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.requestTimeout)
+	return newCallContext(r.Context(), s.requestTimeout)
 }
 
 // evaluate calls the policy and checks the answer's shape; errors are
