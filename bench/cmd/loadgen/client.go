@@ -255,7 +255,7 @@ func (c *client) serverTotalsOf(ctx context.Context, verb string) (serverTotals,
 	if c.noMetrics {
 		return serverTotals{}, nil
 	}
-	var sum serverTotals
+	sum := serverTotals{long: true}
 	for i, v := range verbsOf(verb) {
 		t, err := c.serverTotals(ctx, v)
 		if err != nil {

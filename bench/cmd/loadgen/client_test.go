@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -86,6 +89,10 @@ func TestParseServerTotals(t *testing.T) {
 		name + `_sum{result="ok",verb="prioritize"} 0.1`,
 		name + `_count{result="ok",verb="prioritize"} 100`,
 	}, "\n")
+	cycle := serveMetrics(t, exposition)
+	if got, err := cycle.serverTotalsOf(t.Context(), "cycle"); err != nil || got != (serverTotals{sum: 0.55, count: 100, over10ms: 3, over25ms: 1, long: true}) {
+		t.Errorf("cycle: %+v, %v; want filter's and prioritize's time and long calls, 100 cycles", got, err)
+	}
 	got, err := parseServerTotals(exposition, "filter")
 	if err != nil {
 		t.Fatal(err)
@@ -102,4 +109,13 @@ func TestParseServerTotals(t *testing.T) {
 	if _, err := parseServerTotals(strings.ReplaceAll(exposition, `_count{result="ok",verb="filter"}`, `_count{result="ok",verb="bind"}`), "filter"); err == nil {
 		t.Error("a histogram without filter's count was read")
 	}
+}
+
+// serveMetrics is a client of a server whose /metrics is exposition.
+func serveMetrics(t *testing.T, exposition string) *client {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, exposition)
+	}))
+	t.Cleanup(srv.Close)
+	return newClient(srv.URL, 1)
 }
