@@ -14,14 +14,7 @@ type ctxKey struct{}
 // whether or not anything waits on Done, and makes its timer only when
 // something does.
 func TestCallContext(t *testing.T) {
-	closed := func(c context.Context) bool {
-		select {
-		case <-c.Done():
-			return true
-		case <-time.After(2 * time.Second):
-			return false
-		}
-	}
+	closed := func(c context.Context) bool { return closes(c.Done()) }
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration
@@ -89,9 +82,7 @@ func TestCallContext(t *testing.T) {
 			stopAfter := context.AfterFunc(c, func() { close(ran) }) // as evalCancel does
 			defer stopAfter()
 			parent()
-			select {
-			case <-ran:
-			case <-time.After(2 * time.Second):
+			if !closes(ran) {
 				t.Fatal("AfterFunc did not run when the request ended")
 			}
 			if err := c.Err(); !errors.Is(err, context.Canceled) {
@@ -101,9 +92,7 @@ func TestCallContext(t *testing.T) {
 		{"stop while an evaluation waits", time.Minute, func(t *testing.T, c *callContext, stop, _ context.CancelFunc) {
 			done := c.Done()
 			stop()
-			select {
-			case <-done:
-			case <-time.After(2 * time.Second):
+			if !closes(done) {
 				t.Fatal("Done open after stop")
 			}
 			if err := c.Err(); !errors.Is(err, context.Canceled) {
@@ -118,6 +107,16 @@ func TestCallContext(t *testing.T) {
 			defer stop()
 			tc.run(t, c, stop, cancelParent)
 		})
+	}
+}
+
+// closes reports whether ch closes within 2 s.
+func closes(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(2 * time.Second):
+		return false
 	}
 }
 
