@@ -63,7 +63,7 @@ require (
 	github.com/gobwas/glob v1.1.0 // indirect
 	github.com/goccy/go-json v0.11.2 // indirect
 	github.com/golang/glog v1.2.5 // indirect
-	github.com/google/cel-go v0.30.0 // indirect
+	github.com/google/cel-go v0.31.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0 // indirect
@@ -138,6 +138,7 @@ require (
 replace github.com/opa-scheduler-extender/opa-scheduler-extender => ../
 
 // The engine's CEL driver is compared with Gatekeeper's on the cel-go the
-// main module builds with (k8s.io/apiserver v0.37.2's), not the newer one
-// Gatekeeper's modules ask for.
-replace github.com/google/cel-go => github.com/google/cel-go v0.29.2
+// main module builds with (v0.31.0, whose programs share their
+// environment's function dispatcher), not on the one Gatekeeper's modules
+// ask for.
+replace github.com/google/cel-go => github.com/google/cel-go v0.31.0
