@@ -112,6 +112,9 @@ func (p *parser) value(depth int) (*ast.Term, error) {
 	case c == '{', c == '[':
 		return p.composite(depth)
 	case c == '"':
+		if t := p.sharedString(); t != nil {
+			return t, nil
+		}
 		s, err := p.str()
 		if err != nil {
 			return nil, err

@@ -11,14 +11,16 @@ import (
 // DaemonSet arrive byte for byte alike but for a few fields (name, uid,
 // the token volume's name): their containers' resources, ports, probes,
 // security contexts, their tolerations and affinity are the same JSON in
-// every pod. Shared remembers the value of an object or array it has read
-// twice and gives the same term again for the same bytes, so that a new
-// replica allocates only what is its own. OPA's values are immutable to
-// their readers (the engine edits a review by copying the path it
-// changes), so one term may serve any number of documents and goroutines.
+// every pod. Shared remembers the value of an object, an array or a string
+// it has read twice and gives the same term again for the same bytes, so
+// that a new replica allocates only what is its own: the objects that hold
+// its own values (their keys and their other strings are shared terms).
+// OPA's values are immutable to their readers (the engine edits a review
+// by copying the path it changes), so one term may serve any number of
+// documents and goroutines.
 //
-// A span's value depends on its bytes only: JSON's objects and arrays
-// delimit themselves, and a span's bytes equal to those of one that was
+// A span's value depends on its bytes only: JSON's objects, arrays and
+// strings delimit themselves, and a span's bytes equal to those of one that was
 // read before are read the same. Spans are compared by two 64-bit hashes
 // under seeds drawn per process, so that no document can be made to
 // collide with another on purpose; the table is bounded in entries and
@@ -150,6 +152,35 @@ func (p *parser) composite(depth int) (*ast.Term, error) {
 		s.offer(d, t, len(span))
 	}
 	return t, err
+}
+
+// sharedString reads the string value at p.i through p.shared: the term
+// kept for its bytes, or a new one offered to the table; nil (nothing
+// read) without a table, or for a string that needs unquoting, which str
+// reads. A replica's own objects (those that hold its name, uid or token
+// volume) are read anew, and their strings with them: the namespace, the
+// image, the policies Kubernetes defaults were most of what was left of a
+// replica's decoding but its objects. A string and an object or array
+// never share a digest but by a collision of both hashes: their first
+// bytes differ.
+func (p *parser) sharedString() *ast.Term {
+	s := p.shared
+	if s == nil || p.ends == nil {
+		return nil
+	}
+	end, plain := p.plainString()
+	if !plain {
+		return nil
+	}
+	span := p.b[p.i : end+1]
+	d := digest{maphash.Bytes(s.seeds[0], span), maphash.Bytes(s.seeds[1], span)}
+	t := s.get(d)
+	if t == nil {
+		t = ast.StringTerm(string(span[1 : len(span)-1]))
+		s.offer(d, t, len(span))
+	}
+	p.i = end + 1
+	return t
 }
 
 func (s *Shared) get(d digest) *ast.Term {

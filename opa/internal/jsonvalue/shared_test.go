@@ -62,6 +62,30 @@ func TestSharedAgreesWithParse(t *testing.T) {
 	if spec(vals[2]) != spec(vals[3]) {
 		t.Error("the third and fourth replicas' tolerations are not one term")
 	}
+	// The container mounts the replica's token volume, so it is read anew;
+	// its image, a string seen before, is the term read before. The name
+	// is the replica's own.
+	at := func(v ast.Value, path ...any) *ast.Term {
+		term := ast.NewTerm(v)
+		for _, k := range path {
+			switch k := k.(type) {
+			case string:
+				term = term.Value.(ast.Object).Get(ast.StringTerm(k))
+			case int:
+				term = term.Value.(*ast.Array).Elem(k)
+			}
+		}
+		return term
+	}
+	if at(vals[2], "spec", "containers", 0) == at(vals[3], "spec", "containers", 0) {
+		t.Fatal("two replicas share the container that mounts their own token volume")
+	}
+	if at(vals[2], "spec", "containers", 0, "image") != at(vals[3], "spec", "containers", 0, "image") {
+		t.Error("the third and fourth replicas' images are not one term")
+	}
+	if a, b := at(vals[2], "metadata", "name"), at(vals[3], "metadata", "name"); a == b || a.Equal(b) {
+		t.Errorf("two replicas' names are %v and %v", a, b)
+	}
 	// Odd and malformed documents, after the table has learnt the pod's
 	// spans: the same values and errors as Parse.
 	for _, doc := range []string{
@@ -70,6 +94,8 @@ func TestSharedAgreesWithParse(t *testing.T) {
 		`[{"k":"a string of some length to share"},{"k":"a string of some length to share"}]`,
 		`[{"k":"a string of some length to share"},{"k":"a string of some length to share"]`,
 		`{"x": "]}", "y": [{"q":"\"]}"}, {"q":"\"]}"}, {"q":"\"]}"}]}`,
+		`{"s":"ab","t":"ab","u":["ab","a\u0062","ab"],"v":"\"ab\"","w":"ab"}`, `["", "", "", "ab", "ab", "\"", "\""]`,
+		`{"s":"unterminated, "t":"ab"}`, `["ab", "ab`,
 		`{"a":{"b":1},"a":{"b":2, "c": [1, 2, 3, 4, 5, 6, 7, 8, 9]}}`, `[1,]`, `{"a": [1, 2,, 3]}`, `]`, `[[`, `{"a":1}}`,
 	} {
 		checkShared(t, s, []byte(doc))
