@@ -1,10 +1,12 @@
 package verdict
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
+	"strings"
 )
 
 // Result is one element of a violation set, as the engine keeps it.
@@ -123,12 +125,15 @@ func Results(items []any, ph *Placeholders, list bool) []Result {
 	return out
 }
 
-// SortResults orders results by message, then details.
+// SortResults orders results by message, then details (results equal in
+// both are equal: their texts are cut from them). slices.SortFunc, not
+// sort.Slice, whose swapper is an allocation per call, and a new
+// replica's answer sorts each column's results.
 func SortResults(out []Result) {
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Msg != out[j].Msg {
-			return out[i].Msg < out[j].Msg
+	slices.SortFunc(out, func(a, b Result) int {
+		if c := strings.Compare(a.Msg, b.Msg); c != 0 {
+			return c
 		}
-		return string(out[i].Details) < string(out[j].Details)
+		return bytes.Compare(a.Details, b.Details)
 	})
 }
