@@ -20,8 +20,8 @@ import (
 // documents and goroutines.
 //
 // A span's value depends on its bytes only: JSON's objects, arrays and
-// strings delimit themselves, and a span's bytes equal to those of one that was
-// read before are read the same. Spans are compared by two 64-bit hashes
+// strings delimit themselves, and a span's bytes equal to those of one
+// that was read before are read the same. Spans are compared by two 64-bit hashes
 // under seeds drawn per process, so that no document can be made to
 // collide with another on purpose; the table is bounded in entries and
 // bytes, and starts over past either bound.
@@ -158,9 +158,9 @@ func (p *parser) composite(depth int) (*ast.Term, error) {
 // kept for its bytes, or a new one offered to the table; nil (nothing
 // read) without a table, or for a string that needs unquoting, which str
 // reads. A replica's own objects (those that hold its name, uid or token
-// volume) are read anew, and their strings with them: the namespace, the
-// image, the policies Kubernetes defaults were most of what was left of a
-// replica's decoding but its objects. A string and an object or array
+// volume) are read anew, and their strings were read with them: the
+// namespace, the images, the values Kubernetes' defaults set, a fifth of
+// what a replica's decoding allocated. A string and an object or array
 // never share a digest but by a collision of both hashes: their first
 // bytes differ.
 func (p *parser) sharedString() *ast.Term {

@@ -1,34 +1,9 @@
 package verdict
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 )
-
-func TestQuotesAsIs(t *testing.T) {
-	for _, s := range []string{
-		"", "pod-1", "web-7d4f9c-x2kq", "a b", "~", "naïve", "日本", "emoji 🙂",
-		`a"b`, `a\b`, "tab\t", "nl\n", "\x7f", "\x00", "\u00a0", "\u200b", "\u2028",
-		"\xff", "ok\xc3", "\xed\xa0\x80", "\U0010ffff", "\ufffd",
-	} {
-		want := strconv.Quote(s) == `"`+s+`"`
-		if got := quotesAsIs(s); got != want {
-			t.Errorf("quotesAsIs(%q) = %v, strconv.Quote says %v", s, got, want)
-		}
-	}
-}
-
-func FuzzQuotesAsIs(f *testing.F) {
-	for _, s := range []string{"pod-1", `a"b`, "naïve", "\xff", "\u00a0"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := quotesAsIs(s), strconv.Quote(s) == `"`+s+`"`; got != want {
-			t.Fatalf("quotesAsIs(%q) = %v, strconv.Quote says %v", s, got, want)
-		}
-	})
-}
 
 // TestDenyPieces: the pieces, written with a node's values in their holes,
 // are the message Fill gives with the pod's and the node's values, and
@@ -82,26 +57,5 @@ func TestDenyPiecesAllocations(t *testing.T) {
 	// The pieces and their one string.
 	if n := testing.AllocsPerRun(100, func() { DenyPieces("c", text, pod) }); n > 2 {
 		t.Errorf("%v allocations per call, want at most 2", n)
-	}
-}
-
-func TestSortResults(t *testing.T) {
-	res := []Result{
-		{Msg: "b", Details: []byte(`{"a":1}`)},
-		{Msg: "a", Details: []byte(`{"b":1}`)},
-		{Msg: "a", Details: []byte(`{"a":2}`)},
-		{Msg: "a"},
-	}
-	SortResults(res)
-	var got []string
-	for _, r := range res {
-		got = append(got, r.Msg+" "+string(r.Details))
-	}
-	want := []string{"a ", `a {"a":2}`, `a {"b":1}`, `b {"a":1}`}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("sorted %q, want %q", got, want)
-	}
-	if n := testing.AllocsPerRun(100, func() { SortResults(res) }); n != 0 {
-		t.Errorf("%v allocations per sort, want 0", n)
 	}
 }
