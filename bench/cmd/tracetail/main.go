@@ -107,37 +107,7 @@ func read(path, verb string) ([]*call, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	gs := map[trace.GoID]*gState{}
-	g := func(id trace.GoID) *gState {
-		s := gs[id]
-		if s == nil {
-			s = &gState{state: trace.GoUndetermined, root: "?"}
-			gs[id] = s
-		}
-		return s
-	}
-	var calls []*call
-	var marks, stws []interval
-	var markSince, stwSince trace.Time
-	running := map[trace.GoID]*gState{}
-	var lastRunChange trace.Time
-	// addOthersRan gives each call whose goroutine is runnable the time
-	// since the last change of who runs, for each goroutine running.
-	addOthersRan := func(now trace.Time) {
-		d := time.Duration(now - lastRunChange)
-		lastRunChange = now
-		if d <= 0 || len(running) == 0 {
-			return
-		}
-		for _, s := range gs {
-			if s.open == nil || s.state != trace.GoRunnable {
-				continue
-			}
-			for _, o := range running {
-				addTo(&s.open.othersRan, o.root, d)
-			}
-		}
-	}
+	t := &tally{verb: verb, gs: map[trace.GoID]*gState{}, running: map[trace.GoID]*gState{}, inCall: map[trace.GoID]*gState{}}
 	for {
 		ev, err := r.ReadEvent()
 		if errors.Is(err, io.EOF) {
@@ -146,84 +116,149 @@ func read(path, verb string) ([]*call, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
-		now := ev.Time()
 		switch ev.Kind() {
 		case trace.EventStateTransition:
-			st := ev.StateTransition()
-			if st.Resource.Kind != trace.ResourceGoroutine {
-				continue
-			}
-			id := st.Resource.Goroutine()
-			_, to := st.Goroutine()
-			addOthersRan(now)
-			s := g(id)
-			if s.root == "?" {
-				s.root = rootOf(st.Stack)
-			}
-			s.account(now)
-			s.state = to
-			if to == trace.GoWaiting || to == trace.GoSyscall {
-				s.blockedAt = blockSite(st.Reason, st.Stack)
-			}
-			if to == trace.GoRunning {
-				running[id] = s
-			} else {
-				delete(running, id)
-			}
-		case trace.EventRegionBegin:
-			rg := ev.Region()
-			if verb != "" && rg.Type != verb || !isVerb(rg.Type) {
-				continue
-			}
-			s := g(ev.Goroutine())
-			s.account(now)
-			s.open = &call{verb: rg.Type, start: now}
-		case trace.EventRegionEnd:
-			s := g(ev.Goroutine())
-			if s.open == nil || s.open.verb != ev.Region().Type {
-				continue
-			}
-			s.account(now)
-			s.open.end = now
-			calls = append(calls, s.open)
-			s.open = nil
+			t.transition(ev)
+		case trace.EventRegionBegin, trace.EventRegionEnd:
+			t.region(ev)
 		case trace.EventRangeBegin, trace.EventRangeEnd:
-			rg := ev.Range()
-			begin := ev.Kind() == trace.EventRangeBegin
-			switch {
-			case rg.Name == "GC concurrent mark phase":
-				if begin {
-					markSince = now
-				} else if markSince != 0 {
-					marks = append(marks, interval{markSince, now})
-					markSince = 0
-				}
-			case strings.HasPrefix(rg.Name, "stop-the-world"):
-				if begin {
-					stwSince = now
-				} else if stwSince != 0 {
-					stws = append(stws, interval{stwSince, now})
-					stwSince = 0
-				}
-			case rg.Name == "GC mark assist":
-				s := g(rg.Scope.Goroutine())
-				if begin {
-					s.assistSite = codeSite(ev.Stack())
-				}
-				if d := s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist }); d > 0 {
-					addTo(&s.open.assistedIn, s.assistSite, d)
-				}
-			case rg.Name == "GC incremental sweep":
-				s := g(ev.Goroutine())
-				s.goRange(&s.sweepSince, begin, now, func(c *call) *time.Duration { return &c.sweep })
-			}
+			t.rangeEvent(ev)
 		}
 	}
-	for _, c := range calls {
-		c.markLap = overlap(c, marks)
-		c.stw = overlap(c, stws)
+	for _, c := range t.calls {
+		c.markLap = overlap(c, t.marks)
+		c.stw = overlap(c, t.stws)
 	}
-	return calls, nil
+	return t.calls, nil
+}
+
+// tally is what read keeps while it goes through a trace's events: each
+// goroutine's state, the calls (regions of verb) closed so far, and the
+// collector's mark phases and stop-the-world pauses.
+type tally struct {
+	verb    string
+	gs      map[trace.GoID]*gState
+	running map[trace.GoID]*gState
+	// inCall are the goroutines with a call open: each change of state
+	// visits them, where visiting every goroutine the trace had named so
+	// far made a 30-s trace of the service take minutes.
+	inCall              map[trace.GoID]*gState
+	lastRunChange       trace.Time
+	calls               []*call
+	marks, stws         []interval
+	markSince, stwSince trace.Time
+}
+
+// g is goroutine id's state, made on its first event.
+func (t *tally) g(id trace.GoID) *gState {
+	s := t.gs[id]
+	if s == nil {
+		s = &gState{state: trace.GoUndetermined, root: "?"}
+		t.gs[id] = s
+	}
+	return s
+}
+
+// addOthersRan gives each call whose goroutine is runnable the time
+// since the last change of who runs, for each goroutine running.
+func (t *tally) addOthersRan(now trace.Time) {
+	d := time.Duration(now - t.lastRunChange)
+	t.lastRunChange = now
+	if d <= 0 || len(t.running) == 0 {
+		return
+	}
+	for _, s := range t.inCall {
+		if s.state != trace.GoRunnable {
+			continue
+		}
+		for _, o := range t.running {
+			addTo(&s.open.othersRan, o.root, d)
+		}
+	}
+}
+
+// transition accounts a goroutine's change of state.
+func (t *tally) transition(ev trace.Event) {
+	st := ev.StateTransition()
+	if st.Resource.Kind != trace.ResourceGoroutine {
+		return
+	}
+	now := ev.Time()
+	id := st.Resource.Goroutine()
+	_, to := st.Goroutine()
+	t.addOthersRan(now)
+	s := t.g(id)
+	if s.root == "?" {
+		s.root = rootOf(st.Stack)
+	}
+	s.account(now)
+	s.state = to
+	if to == trace.GoWaiting || to == trace.GoSyscall {
+		s.blockedAt = blockSite(st.Reason, st.Stack)
+	}
+	if to == trace.GoRunning {
+		t.running[id] = s
+	} else {
+		delete(t.running, id)
+	}
+}
+
+// region opens a call at a verb's region and closes it at the region's end.
+func (t *tally) region(ev trace.Event) {
+	now, rg, s := ev.Time(), ev.Region(), t.g(ev.Goroutine())
+	if ev.Kind() == trace.EventRegionBegin {
+		if t.verb != "" && rg.Type != t.verb || !isVerb(rg.Type) {
+			return
+		}
+		s.account(now)
+		s.open = &call{verb: rg.Type, start: now}
+		t.inCall[ev.Goroutine()] = s
+		return
+	}
+	if s.open == nil || s.open.verb != rg.Type {
+		return
+	}
+	s.account(now)
+	s.open.end = now
+	t.calls = append(t.calls, s.open)
+	s.open = nil
+	delete(t.inCall, ev.Goroutine())
+}
+
+// rangeEvent follows the collector's ranges: mark phases and pauses for
+// the whole process, assists and sweeps on a call's goroutine.
+func (t *tally) rangeEvent(ev trace.Event) {
+	now, rg := ev.Time(), ev.Range()
+	begin := ev.Kind() == trace.EventRangeBegin
+	switch {
+	case rg.Name == "GC concurrent mark phase":
+		t.marks, t.markSince = appendInterval(t.marks, t.markSince, begin, now)
+	case strings.HasPrefix(rg.Name, "stop-the-world"):
+		t.stws, t.stwSince = appendInterval(t.stws, t.stwSince, begin, now)
+	case rg.Name == "GC mark assist":
+		s := t.g(rg.Scope.Goroutine())
+		if begin {
+			s.assistSite = codeSite(ev.Stack())
+		}
+		if d := s.goRange(&s.assistSince, begin, now, func(c *call) *time.Duration { return &c.assist }); d > 0 {
+			addTo(&s.open.assistedIn, s.assistSite, d)
+		}
+	case rg.Name == "GC incremental sweep":
+		s := t.g(ev.Goroutine())
+		s.goRange(&s.sweepSince, begin, now, func(c *call) *time.Duration { return &c.sweep })
+	}
+}
+
+// appendInterval notes a range's start at begin and appends the interval
+// at its end (an end without a start in the trace is dropped).
+func appendInterval(xs []interval, since trace.Time, begin bool, now trace.Time) ([]interval, trace.Time) {
+	if begin {
+		return xs, now
+	}
+	if since != 0 {
+		xs = append(xs, interval{since, now})
+	}
+	return xs, 0
 }
 
 // blockSite names a block by its reason and the innermost frame outside
