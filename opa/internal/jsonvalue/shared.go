@@ -21,10 +21,10 @@ import (
 //
 // A span's value depends on its bytes only: JSON's objects, arrays and
 // strings delimit themselves, and a span's bytes equal to those of one
-// that was read before are read the same. Spans are compared by two 64-bit hashes
-// under seeds drawn per process, so that no document can be made to
-// collide with another on purpose; the table is bounded in entries and
-// bytes, and starts over past either bound.
+// that was read before are read the same. Spans are compared by two
+// 64-bit hashes under seeds drawn per process, so that no document can be
+// made to collide with another on purpose; the table is bounded in
+// entries and bytes, and starts over past either bound.
 type Shared struct {
 	mu    sync.RWMutex
 	seeds [2]maphash.Seed
