@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -72,6 +73,59 @@ spec:
 	whole, ok := e.inv.WholeNode("n1")
 	if !ok || !strings.Contains(string(whole), "kubeletVersion") {
 		t.Errorf("the whole Node is not kept: %s", whole)
+	}
+}
+
+// The store's Nodes hold the values they hold alike as one term, and a
+// Node written anew changes its own value only.
+func TestStoreSharesWhatNodesHoldAlike(t *testing.T) {
+	ctx := context.Background()
+	e := newInternalEngine(t)
+	node := func(name, pool string) *unstructured.Unstructured {
+		return mustObj(t, "apiVersion: v1\nkind: Node\nmetadata: {name: "+name+", labels: {pool: "+pool+", kubernetes.io/hostname: "+name+"}}\n")
+	}
+	objs := []*unstructured.Unstructured{
+		mustObj(t, `
+apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8spool}
+spec:
+  crd: {spec: {names: {kind: K8sPool}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8spool
+        violation[{"msg": "no"}] {
+          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
+          node.metadata.labels.pool == "b"
+        }
+`),
+		mustObj(t, "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sPool\nmetadata: {name: pool}\n"),
+		node("n1", "a"), node("n2", "a"), node("n3", "a"),
+	}
+	if errs := e.Apply(ctx, changesOf(objs)); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	labels := func(name string) *ast.Term {
+		txn, _ := e.store.NewTransaction(ctx)
+		defer e.store.Abort(ctx, txn)
+		path := append(inventory.NodesPath[:len(inventory.NodesPath):len(inventory.NodesPath)], name)
+		v, _ := e.inv.Value(ctx, txn, path).(ast.Object)
+		if v == nil {
+			t.Fatalf("node %s not in the store", name)
+		}
+		return v.Get(ast.StringTerm("metadata")).Value.(ast.Object).Get(ast.StringTerm("labels"))
+	}
+	if labels("n2") != labels("n3") {
+		t.Error("the labels n2 and n3 hold alike are two terms")
+	}
+	if errs := e.Apply(ctx, changesOf([]*unstructured.Unstructured{node("n2", "b")})); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for name, want := range map[string]string{"n1": `{"pool": "a"}`, "n2": `{"pool": "b"}`, "n3": `{"pool": "a"}`} {
+		if got := labels(name).String(); got != want {
+			t.Errorf("%s holds labels %s, want %s", name, got, want)
+		}
 	}
 }
 

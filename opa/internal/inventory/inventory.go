@@ -22,13 +22,14 @@ type Inventory struct {
 	nodesRaw map[string][]byte
 	codec    *compact.Codec // encodes nodesRaw; see nodeCodec
 	view     View
+	shared   *sharedValues // the values Nodes hold alike (shared.go)
 	// generation is the whole inventory's generation, as committed.
 	generation uint64
 }
 
 // New is the inventory of store, which Init prepares.
 func New(store storage.Store) *Inventory {
-	return &Inventory{store: store, nodesRaw: map[string][]byte{}, view: unknown}
+	return &Inventory{store: store, nodesRaw: map[string][]byte{}, view: unknown, shared: newSharedValues(defaultSharedLimits)}
 }
 
 // Init writes the empty inventory and its generations.

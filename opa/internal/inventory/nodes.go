@@ -25,7 +25,7 @@ func (i *Inventory) keepNode(name string, content map[string]any, view View, raw
 		}
 		raw[name] = i.nodeCodec(b).Encode(b)
 	}
-	return ast.InterfaceToValue(view.Cut(content))
+	return i.shared.Value(name, view.Cut(content))
 }
 
 // nodeCodec is the codec of the kept Nodes, made on first use with
@@ -168,7 +168,7 @@ func (i *Inventory) recutNodes(ctx context.Context, txn storage.Transaction, vie
 		if err := dec.Decode(&content); err != nil {
 			return fmt.Errorf("decode node %s: %w", name, err)
 		}
-		value, err := ast.InterfaceToValue(view.Cut(content))
+		value, err := i.shared.Value(name, view.Cut(content))
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", name, err)
 		}
