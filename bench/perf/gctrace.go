@@ -22,11 +22,20 @@ import (
 // GCWindow is one collection's mark phase, start to end.
 type GCWindow struct {
 	Start, End time.Time
+	// MarkCPUMs is the CPU its mark phase took (assists, the background
+	// and the idle workers), LiveMB the heap it marked live: what the
+	// collector's work is made of (0 when the line does not give them).
+	MarkCPUMs float64
+	LiveMB    int
 }
 
 // gcTraceLine matches a gctrace line and captures its phases' clock times
 // in milliseconds: "gc 7 @1.234s 2%: 0.012+31+0.045 ms clock, ...".
 var gcTraceLine = regexp.MustCompile(`^gc \d+ @[0-9.]+s \d+%: ([0-9.]+)\+([0-9.]+)\+([0-9.]+) ms clock`)
+
+// gcTraceWork matches the rest of a gctrace line: the mark phase's CPU
+// (assist/background/idle) and the heap marked live, in MB.
+var gcTraceWork = regexp.MustCompile(`ms clock, [0-9.]+\+([0-9.]+)/([0-9.]+)/([0-9.]+)\+[0-9.]+ ms cpu, \d+->\d+->(\d+) MB`)
 
 // gcTrace collects the windows of the gctrace lines read from a stream
 // and passes every other line on.
@@ -80,7 +89,42 @@ func parseGCTrace(line []byte, end time.Time) (GCWindow, bool) {
 		}
 		total += ms
 	}
-	return GCWindow{Start: end.Add(-time.Duration(total * float64(time.Millisecond))), End: end}, true
+	w := GCWindow{Start: end.Add(-time.Duration(total * float64(time.Millisecond))), End: end}
+	if m := gcTraceWork.FindSubmatch(line); m != nil {
+		for _, part := range m[1:4] {
+			ms, _ := strconv.ParseFloat(string(part), 64) // the pattern admits numbers only
+			w.MarkCPUMs += ms
+		}
+		w.LiveMB, _ = strconv.Atoi(string(m[4]))
+	}
+	return w, true
+}
+
+// MarkMedians are the medians of the mark phases' wall time and CPU and
+// of the heap marked live, over the windows that ended between from and
+// to; n is their count.
+func MarkMedians(windows []GCWindow, from, to time.Time) (n int, wallMs, cpuMs, liveMB float64) {
+	var wall, cpu, live []float64
+	for _, w := range windows {
+		if w.End.Before(from) || w.End.After(to) {
+			continue
+		}
+		wall = append(wall, float64(w.End.Sub(w.Start))/float64(time.Millisecond))
+		cpu = append(cpu, w.MarkCPUMs)
+		live = append(live, float64(w.LiveMB))
+	}
+	return len(wall), median(wall), median(cpu), median(live)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
 // Windows are the collections seen so far, in the order they ended.

@@ -469,14 +469,19 @@ func (c *client) run(ctx context.Context, s scenario, f *flags) (Scenario, error
 		return Scenario{}, err
 	}
 	gcKnown := c.inProcess
+	var windows []perf.GCWindow
 	if c.collections != nil {
-		withCollections(results, c.collections())
+		windows = c.collections()
+		withCollections(results, windows)
 		gcKnown = true
 	}
 	res, err := summarize(s, f, results, elapsed, gcKnown)
 	if err != nil {
 		return Scenario{}, err
 	}
+	var wall, cpu float64
+	res.Collections, wall, cpu, res.LiveMedianMB = perf.MarkMedians(windows, start, start.Add(elapsed))
+	res.MarkMedianMs, res.MarkCPUMedianMs = math.Round(wall*10)/10, math.Round(cpu*10)/10
 	n := float64(res.Requests)
 	res.NodeUpdatesPerSecond = math.Round(float64(updates)/elapsed.Seconds()*10) / 10
 	res.AllocsPerRequest = float64(after.mallocs-before.mallocs) / n

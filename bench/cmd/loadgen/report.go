@@ -191,6 +191,14 @@ type Scenario struct {
 	// (-slowest): when in the run each came and what it was, so that the
 	// longest call is read as one call, not as a percentile.
 	Slowest []SlowCall `json:"slowest,omitempty"`
+	// Collections counts the service's collections that ended during the
+	// measured requests (-service, from its gctrace lines), with the
+	// medians of their mark phases' wall time and CPU and of the heap
+	// each marked live: the work that the slowest calls wait beside.
+	Collections     int     `json:"collections,omitempty"`
+	MarkMedianMs    float64 `json:"markMedianMs,omitempty"`
+	MarkCPUMedianMs float64 `json:"markCPUMedianMs,omitempty"`
+	LiveMedianMB    float64 `json:"liveMedianMB,omitempty"`
 	// AllocsPerRequest and BytesPerRequest are the whole process's
 	// (client and server share it) runtime.MemStats Mallocs and TotalAlloc
 	// deltas over the measured requests.
@@ -449,6 +457,10 @@ func printSlowest(w io.Writer, scenarios []Scenario) {
 		server := ""
 		if s.ServerMeanMs > 0 && s.ServerOver10ms >= 0 {
 			server = fmt.Sprintf("; the service's own calls past 10 ms: %d, past 25 ms: %d", s.ServerOver10ms, s.ServerOver25ms)
+		}
+		if s.Collections > 0 {
+			server += fmt.Sprintf("; its %d collections' mark phase (medians) %.1f ms, %.1f ms of CPU, %.0f MB marked live",
+				s.Collections, s.MarkMedianMs, s.MarkCPUMedianMs, s.LiveMedianMB)
 		}
 		fmt.Fprintf(w, "- %s: %s%s\n", s.Name, strings.Join(parts, "; "), server)
 	}
