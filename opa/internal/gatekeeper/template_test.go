@@ -225,8 +225,12 @@ func TestParseTemplate(t *testing.T) {
 				if tmpl.Engine != want || tmpl.FailurePolicy != tc.wantPolicy {
 					t.Fatalf("engine %s, failure policy %q; want %s, %q", tmpl.Engine, tmpl.FailurePolicy, want, tc.wantPolicy)
 				}
-				if (tmpl.Engine == EngineCEL) != (len(tmpl.Modules) == 0) {
-					t.Fatalf("engine %s with %d Rego modules", tmpl.Engine, len(tmpl.Modules))
+				modules, err := tmpl.Modules()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (tmpl.Engine == EngineCEL) != (len(modules) == 0) || len(modules) != len(tmpl.Texts) {
+					t.Fatalf("engine %s with %d Rego modules and %d texts", tmpl.Engine, len(modules), len(tmpl.Texts))
 				}
 				return
 			}
@@ -268,12 +272,60 @@ func TestTemplatesAreIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, m := range a.Modules {
+	modules, err := a.Modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, m := range modules {
 		if !strings.Contains(m.Package.Path.String(), `"K8sA"`) && !strings.Contains(m.Package.Path.String(), "K8sA") {
 			t.Errorf("module %s has package %v outside its template's namespace", id, m.Package.Path)
 		}
 	}
 	if got := a.QueryRef().String(); got != "data.templates.K8sA.template.violation" {
 		t.Errorf("query ref = %s", got)
+	}
+}
+
+// Modules parses the template anew at each call: a compiler that changes
+// the modules it was given leaves the next call's as the template's
+// source says, with the ids of Texts.
+func TestModulesParsedAnew(t *testing.T) {
+	tmpl, err := ParseTemplate(templateObject(t, "K8sFresh", `
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package fresh
+      import data.lib.helpers.flag
+      violation[{"msg": flag}] { input.review.object.kind == "Pod" }
+    libs:
+      - |
+        package lib.helpers
+        flag := "no"
+`), ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tmpl.Modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for id, m := range first {
+		if _, ok := tmpl.Texts[id]; !ok {
+			t.Errorf("module %s has no text", id)
+		}
+		want[id] = m.String()
+		m.Rules = nil // as a compiler may rewrite what it is given
+	}
+	if len(first) != 2 || len(tmpl.Texts) != 2 {
+		t.Fatalf("%d modules and %d texts, want 2 of each", len(first), len(tmpl.Texts))
+	}
+	again, err := tmpl.Modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, m := range again {
+		if m == first[id] || m.String() != want[id] {
+			t.Errorf("module %s: the second call gave %p %s, want a new module %s", id, m, m, want[id])
+		}
 	}
 }

@@ -11,6 +11,7 @@ package rego
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -65,8 +66,12 @@ func (d *Driver) EmptyCompiler() *ast.Compiler {
 // CheckAlone compiles one template on its own, so that its errors are its
 // own and never blamed on the policy set.
 func (d *Driver) CheckAlone(t *gatekeeper.Template) error {
+	modules, err := t.Modules()
+	if err != nil {
+		return err
+	}
 	c := ast.NewCompiler().WithCapabilities(d.caps).WithEnablePrintStatements(false)
-	c.Compile(t.Modules)
+	c.Compile(modules)
 	if c.Failed() {
 		return fmt.Errorf("%w: compile: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
 	}
@@ -78,9 +83,11 @@ func (d *Driver) CheckAlone(t *gatekeeper.Template) error {
 func (d *Driver) Compile(ctx context.Context, templates map[string]*gatekeeper.Template) (*ast.Compiler, map[string]*Program, error) {
 	modules := map[string]*ast.Module{}
 	for _, t := range templates {
-		for id, m := range t.Modules {
-			modules[id] = m.Copy()
+		ms, err := t.Modules()
+		if err != nil {
+			return nil, nil, err
 		}
+		maps.Copy(modules, ms)
 	}
 	c := ast.NewCompiler().WithCapabilities(d.caps).WithEnablePrintStatements(false)
 	c.Compile(modules)

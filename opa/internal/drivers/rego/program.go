@@ -36,7 +36,7 @@ type Program struct {
 
 func (d *Driver) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Template) (*Program, error) {
 	var rules []*ast.Rule
-	for id := range t.Modules {
+	for id := range t.Texts { // the ids of its modules
 		rules = append(rules, c.Modules[id].Rules...)
 	}
 	root := gatekeeper.TemplateRoot(t.Kind)
