@@ -37,11 +37,11 @@ func mustObj(t *testing.T, y string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: m}
 }
 
-// The store holds the cut, the engine the whole Node.
-func TestStoreHoldsNodesCut(t *testing.T) {
-	ctx := context.Background()
-	e := newInternalEngine(t)
-	objs := []*unstructured.Unstructured{
+// poolPolicy is a template and its constraint that read one label of the
+// candidate Node, metadata.labels.pool.
+func poolPolicy(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	return []*unstructured.Unstructured{
 		mustObj(t, `
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
@@ -58,8 +58,15 @@ spec:
         }
 `),
 		mustObj(t, "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sPool\nmetadata: {name: pool}\n"),
-		mustObj(t, "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {pool: a, other: x}}\nstatus: {images: [{names: [a, b]}], nodeInfo: {kubeletVersion: v1}}\n"),
 	}
+}
+
+// The store holds the cut, the engine the whole Node.
+func TestStoreHoldsNodesCut(t *testing.T) {
+	ctx := context.Background()
+	e := newInternalEngine(t)
+	objs := append(poolPolicy(t),
+		mustObj(t, "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {pool: a, other: x}}\nstatus: {images: [{names: [a, b]}], nodeInfo: {kubeletVersion: v1}}\n"))
 	if errs := e.Apply(ctx, changesOf(objs)); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -84,25 +91,7 @@ func TestStoreSharesWhatNodesHoldAlike(t *testing.T) {
 	node := func(name, pool string) *unstructured.Unstructured {
 		return mustObj(t, "apiVersion: v1\nkind: Node\nmetadata: {name: "+name+", labels: {pool: "+pool+", kubernetes.io/hostname: "+name+"}}\n")
 	}
-	objs := []*unstructured.Unstructured{
-		mustObj(t, `
-apiVersion: templates.gatekeeper.sh/v1
-kind: ConstraintTemplate
-metadata: {name: k8spool}
-spec:
-  crd: {spec: {names: {kind: K8sPool}}}
-  targets:
-    - target: admission.k8s.gatekeeper.sh
-      rego: |
-        package k8spool
-        violation[{"msg": "no"}] {
-          node := data.inventory.cluster["v1"].Node[input.review.object.spec.nodeName]
-          node.metadata.labels.pool == "b"
-        }
-`),
-		mustObj(t, "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sPool\nmetadata: {name: pool}\n"),
-		node("n1", "a"), node("n2", "a"), node("n3", "a"),
-	}
+	objs := append(poolPolicy(t), node("n1", "a"), node("n2", "a"), node("n3", "a"))
 	if errs := e.Apply(ctx, changesOf(objs)); len(errs) > 0 {
 		t.Fatal(errs)
 	}
