@@ -203,8 +203,31 @@ type Binding struct {
 	plain bool // value is plain text (isPlain)
 }
 
+// NewBinding binds placeholder index to value. A denied node's name is
+// bound for each column that prints it, so the common case (printable
+// ASCII with nothing JSON or HTML escapes) is one pass over value.
 func NewBinding(index int, value string) Binding {
-	return Binding{index: index, value: value, json: JSONInner(value), plain: isPlain(value)}
+	plain, html := classify(value)
+	b := Binding{index: index, value: value, json: value, plain: plain}
+	if !plain || html {
+		b.json = marshalInner(value)
+	}
+	return b
+}
+
+// classify reports whether s is plain (isPlain) and whether it holds a
+// character encoding/json escapes as HTML (<, > or &), in one pass.
+func classify(s string) (plain, html bool) {
+	plain = true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e || c == '"' || c == '\\':
+			plain = false
+		case c == '<' || c == '>' || c == '&':
+			html = true
+		}
+	}
+	return plain, html
 }
 
 // IsPlain reports whether s is printable ASCII without quote or backslash:
@@ -221,9 +244,13 @@ func isPlain(s string) bool {
 // JSONInner is value as encoding/json writes it between the quotes (HTML
 // characters escaped, as json.Marshal does for details).
 func JSONInner(value string) string {
-	if isPlain(value) && !strings.ContainsAny(value, "<>&") {
+	if plain, html := classify(value); plain && !html {
 		return value // what encoding/json writes inside the quotes: no copy to keep
 	}
+	return marshalInner(value)
+}
+
+func marshalInner(value string) string {
 	enc, _ := json.Marshal(value)
 	return string(enc[1 : len(enc)-1])
 }
