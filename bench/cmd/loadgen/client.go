@@ -390,6 +390,9 @@ type sample struct {
 	// set after the phase (withCollections).
 	gc         bool
 	start, end int64 // Unix nanoseconds
+	// reordered: the connection received segments out of order during
+	// the request (outOfOrder), known when tcpKnown.
+	reordered, tcpKnown bool
 }
 
 // gcCycles reads this process's completed collections into s, a worker's
@@ -629,9 +632,11 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 				if c.inProcess {
 					gc0 = gcCycles(gcSample)
 				}
+				ooo0, tcpKnown := outOfOrder(wk.conn.conn)
 				start := time.Now()
 				out, err := c.send(wk.conn, s, body, p.JSON, &wk.sink, &wk.prioritize)
 				end := time.Now()
+				ooo1, _ := outOfOrder(wk.conn.conn)
 				gcEnded := c.inProcess && gcCycles(gcSample) != gc0
 				if err != nil {
 					r.err = err
@@ -644,7 +649,8 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 					}
 				}
 				if keep {
-					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano()})
+					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano(),
+						reordered: ooo1 != ooo0, tcpKnown: tcpKnown})
 					r.bodyBytes += int64(out.request)
 					r.respBytes += int64(out.answer)
 					r.scoredNodes += int64(out.scored)
@@ -713,6 +719,7 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 	}
 	res.SlowGCPercent, res.SlowOneOffPercent = tailShares(results, percentile(all, 0.99), gcKnown)
 	res.Slowest = slowest(results, f.slowest, gcKnown)
+	res.ReorderedCycles = reorderedCount(results)
 	if s.verb == "cycle" {
 		res.PrioritizedPercent = percent(int(scoredCycles), n)
 		if scoredCycles > 0 {
@@ -744,9 +751,27 @@ func slowest(results []workerResult, n int, gcKnown bool) []SlowCall {
 		if gcKnown {
 			gc = map[bool]string{true: "yes", false: "no"}[x.gc]
 		}
-		out = append(out, SlowCall{Ms: ms(x.d), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc})
+		out = append(out, SlowCall{Ms: ms(x.d), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc,
+			Reordered: x.tcpKnown && x.reordered})
 	}
 	return out
+}
+
+// reorderedCount counts the requests during which the connection
+// received segments out of order; nil when the kernel does not say.
+func reorderedCount(results []workerResult) *int {
+	n := 0
+	for _, r := range results {
+		for _, x := range r.samples {
+			if !x.tcpKnown {
+				return nil
+			}
+			if x.reordered {
+				n++
+			}
+		}
+	}
+	return &n
 }
 
 // withCollections marks the samples that a collection overlapped.

@@ -191,6 +191,9 @@ type Scenario struct {
 	// (-slowest): when in the run each came and what it was, so that the
 	// longest call is read as one call, not as a percentile.
 	Slowest []SlowCall `json:"slowest,omitempty"`
+	// ReorderedCycles counts the measured requests during which the
+	// connection received segments out of order (nil: not known).
+	ReorderedCycles *int `json:"reorderedCycles,omitempty"`
 	// Collections counts the service's collections that ended during the
 	// measured requests (-service, from its gctrace lines), with the
 	// medians of their mark phases' wall time and CPU and of the heap
@@ -367,7 +370,7 @@ func printMarkdown(w io.Writer, r *Report) {
 	printScenarios(w, r.Scenarios)
 	if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return len(s.Slowest) > 0 }) {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it:")
+		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it; reordered: part of an answer arrived out of order (the service resent it):")
 		fmt.Fprintln(w)
 		printSlowest(w, r.Scenarios)
 	}
@@ -428,6 +431,9 @@ type SlowCall struct {
 	// GC: a collection of the server's overlapped it ("unknown" where the
 	// server's collections are not known).
 	GC string `json:"gc"`
+	// Reordered: the connection received part of the answer out of order
+	// (TCP_INFO on Linux), so the service resent part of it.
+	Reordered bool `json:"reordered,omitempty"`
 }
 
 // printSlowest lists each scenario's slowest requests, one line each
@@ -449,6 +455,9 @@ func printSlowest(w io.Writer, scenarios []Scenario) {
 			case "unknown":
 				what = append(what, "GC unknown")
 			}
+			if c.Reordered {
+				what = append(what, "reordered")
+			}
 			parts[i] = fmt.Sprintf("%.1f ms at %.2f s", c.Ms, c.AtSeconds)
 			if len(what) > 0 {
 				parts[i] += " (" + strings.Join(what, ", ") + ")"
@@ -461,6 +470,9 @@ func printSlowest(w io.Writer, scenarios []Scenario) {
 		if s.Collections > 0 {
 			server += fmt.Sprintf("; its %d collections' mark phase (medians) %.1f ms, %.1f ms of CPU, %.0f MB marked live",
 				s.Collections, s.MarkMedianMs, s.MarkCPUMedianMs, s.LiveMedianMB)
+		}
+		if s.ReorderedCycles != nil {
+			server += fmt.Sprintf("; %d of its requests received part of an answer out of order", *s.ReorderedCycles)
 		}
 		fmt.Fprintf(w, "- %s: %s%s\n", s.Name, strings.Join(parts, "; "), server)
 	}
