@@ -30,8 +30,9 @@
 // have stopped it sooner, no further.
 //
 // A large live heap is the other end: at 5000 kubelet-sized Nodes with a
-// memo filled by one-off pods the live heap reaches 54 to 62 MiB, GOGC 75
-// lets 40 to 46 MiB of garbage pile up on top of it, and RSS reached 151
+// memo filled by one-off pods (before the memo held classes found once
+// to an eighth of its budget) the live heap reached 54 to 62 MiB, GOGC 75
+// let 40 to 46 MiB of garbage pile up on top of it, and RSS reached 151
 // to 160 MiB. MaxGrowth bounds that pile (DefaultMaxGrowth, 24 MiB;
 // --gc-heap-max-growth-bytes) where the floor does not already set the
 // goal: in four alternated runs of 40 s of half one-off pods at 5000

@@ -6,13 +6,18 @@
 // as they were), the pod key is the values of the input paths the template
 // reads, and the class names the node's values at the node paths it reads.
 // Keys are compared exactly, never by hash alone. It is bounded by the
-// number of results and by their bytes, in two generations: a lookup that
-// finds an entry of the previous generation moves it into the current one,
-// and when the current one holds half the budget the previous one is
-// dropped. What is used keeps being found; what is not ages out in two
-// rotations; a full memo never thrashes a working set that fits half of
-// it. Classes gives each node the class of its projection, remembering
-// nodes by name so that a replaced Node value is never kept alive.
+// number of results and by their bytes. A new entry starts in probation,
+// which holds an eighth of the budget and is dropped whole when full; a
+// second lookup of its key moves it into the current generation (so does
+// the first lookup after its drop, by its remembered hash). The rest of
+// the budget is two generations: a lookup that finds an entry of the
+// previous generation moves it into the current one, and when the current
+// one holds half of that rest the previous one is dropped. What is used
+// keeps being found; what is not ages out in two rotations; keys that
+// never recur (one-off pods) hold at most probation's eighth, and a full
+// memo never thrashes a working set that fits half of the rest. Classes
+// gives each node the class of its projection, remembering nodes by name
+// so that a replaced Node value is never kept alive.
 //
 // It does not know Rego, templates or what a result holds: the engine
 // decides keys and results, this package only remembers them.
@@ -42,11 +47,14 @@ type Options struct {
 // live heap, which the process's RSS carries too, so it is sized for what a
 // memo must hold: a ReplicaSet's pod class on the realistic policy set
 // (bench/README.md) with 5000 Nodes takes 47 KB of estimate, so the half
-// that a working set may fill without thrashing holds about 170 pod
-// classes; the rest is the one-off pods' classes (new Jobs, new images),
-// which age out. At 32 MiB a stream of one-off pods took the service's live
-// heap from 34 to 63 MiB and RSS to 164 MiB at 5000 kubelet-sized Nodes; at
-// 16 MiB, to 50 MiB and 155 MiB.
+// of the generations that a working set may fill without thrashing holds
+// about 150 pod classes; the one-off pods' classes (new Jobs, new images)
+// stay in probation's eighth. Before probation, a stream of one-off pods
+// filled the whole budget: at 32 MiB it took the service's live heap from
+// 34 to 63 MiB and RSS to 164 MiB at 5000 kubelet-sized Nodes; at 16 MiB,
+// to 50 MiB and 155 MiB. With probation, a minute of 500-candidate calls
+// (5% one-off pods) then one of 5000 left 42 MiB of live heap where it
+// had left 48.7.
 const DefaultMaxBytes = 16 << 20
 
 // Memo remembers results; R is the engine's result type. Safe for
@@ -56,8 +64,24 @@ type Memo[R any] struct {
 
 	mu        sync.RWMutex
 	cur, prev *generation[R]
+	// probation holds the entries found once: a second Find moves one
+	// into cur. A stream of keys that never recur (one-off pods: a new
+	// Job's image, its own labels) fills probation only, and probation
+	// is dropped whole when it holds its share of the budget, so such
+	// keys keep at most that share of heap instead of the whole budget.
+	probation *generation[R]
+	// seen holds the hashes of the entries dropped with probation, found
+	// once and not yet again: a later Find of one is its second sighting,
+	// and the new entry goes straight to cur. So a working set whose keys
+	// recur only after more others than probation holds (many classes
+	// scheduled in turn) is evaluated twice, not at every turn. Bounded
+	// by maxSeen, cleared whole.
+	seen      map[uint64]struct{}
 	rotations atomic.Uint64
 }
+
+// maxSeen bounds Memo.seen (about 2 MiB of map at the bound).
+const maxSeen = 1 << 16
 
 type generation[R any] struct {
 	entries map[uint64][]*Entry[R]
@@ -98,8 +122,12 @@ func New[R any](o Options) *Memo[R] {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
 	}
-	return &Memo[R]{opts: o, cur: newGeneration[R](), prev: newGeneration[R]()}
+	return &Memo[R]{opts: o, cur: newGeneration[R](), prev: newGeneration[R](), probation: newGeneration[R](), seen: map[uint64]struct{}{}}
 }
+
+// probationShare is the part of each budget that entries found once may
+// hold (1/probationShare); the generations share the rest.
+const probationShare = 8
 
 // hashOf is the hash of (owner, the key of terms): the key's as an
 // ast.Array would hash it (the sum of its elements' hashes), mixed with
@@ -130,16 +158,22 @@ func (m *Memo[R]) Find(owner uint64, terms []*ast.Term) *Entry[R] {
 	if e := m.cur.find(h, owner, terms); e != nil {
 		return e
 	}
-	if e := m.prev.find(h, owner, terms); e != nil {
-		m.prev.remove(e)
-		m.prev.results -= e.results
-		m.prev.bytes -= e.bytes
-		m.adopt(e)
-		return e
+	for _, g := range [...]*generation[R]{m.prev, m.probation} {
+		if e := g.find(h, owner, terms); e != nil {
+			g.take(e)
+			m.adopt(e)
+			return e
+		}
 	}
 	key := ast.NewArray(slices.Clone(terms)...)
 	e = &Entry[R]{owner: owner, key: key, hash: h, results: 0, bytes: int64(Size(key)) + entryOverhead}
-	m.adopt(e)
+	if _, again := m.seen[h]; again {
+		delete(m.seen, h)
+		m.adopt(e)
+		return e
+	}
+	m.probation.put(e)
+	m.maybeRotate()
 	return e
 }
 
@@ -149,17 +183,43 @@ const (
 )
 
 func (m *Memo[R]) adopt(e *Entry[R]) {
-	e.gen = m.cur
-	m.cur.entries[e.hash] = append(m.cur.entries[e.hash], e)
-	m.cur.results += e.results
-	m.cur.bytes += e.bytes
+	m.cur.put(e)
 	m.maybeRotate()
 }
 
-// maybeRotate drops the previous generation when the current one holds
-// half the budget. Callers hold m.mu.
+// put adds e, with its results and bytes, to g.
+func (g *generation[R]) put(e *Entry[R]) {
+	e.gen = g
+	g.entries[e.hash] = append(g.entries[e.hash], e)
+	g.results += e.results
+	g.bytes += e.bytes
+}
+
+// take removes e, with its results and bytes, from g.
+func (g *generation[R]) take(e *Entry[R]) {
+	g.remove(e)
+	g.results -= e.results
+	g.bytes -= e.bytes
+}
+
+// maybeRotate drops probation when it holds its share of the budget, and
+// the previous generation when the current one holds half of the rest.
+// An entry dropped while a call holds it keeps its results for that call.
+// Callers hold m.mu.
 func (m *Memo[R]) maybeRotate() {
-	if m.cur.results*2 < m.opts.MaxResults && m.cur.bytes*2 < m.opts.MaxBytes {
+	if m.probation.results*probationShare >= m.opts.MaxResults || m.probation.bytes*probationShare >= m.opts.MaxBytes {
+		if len(m.seen)+len(m.probation.entries) > maxSeen {
+			clear(m.seen)
+		}
+		for h := range m.probation.entries {
+			m.seen[h] = struct{}{}
+		}
+		m.probation = newGeneration[R]()
+		m.rotations.Add(1)
+	}
+	maxResults := m.opts.MaxResults - m.opts.MaxResults/probationShare
+	maxBytes := m.opts.MaxBytes - m.opts.MaxBytes/probationShare
+	if m.cur.results*2 < maxResults && m.cur.bytes*2 < maxBytes {
 		return
 	}
 	m.prev = m.cur
@@ -243,7 +303,7 @@ func (m *Memo[R]) Put(e *Entry[R], class int, r R, bytes int) {
 	n := int64(bytes) + resultOverhead
 	e.results++
 	e.bytes += n
-	if e.gen == m.cur || e.gen == m.prev {
+	if e.gen == m.cur || e.gen == m.prev || e.gen == m.probation {
 		e.gen.results++
 		e.gen.bytes += n
 	}
@@ -257,13 +317,14 @@ type Stats struct {
 	Rotations uint64
 }
 
-// Stats reports the results and bytes held in both generations.
+// Stats reports the results and bytes held in both generations and in
+// probation.
 func (m *Memo[R]) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return Stats{
-		Results:   m.cur.results + m.prev.results,
-		Bytes:     m.cur.bytes + m.prev.bytes,
+		Results:   m.cur.results + m.prev.results + m.probation.results,
+		Bytes:     m.cur.bytes + m.prev.bytes + m.probation.bytes,
 		Rotations: m.rotations.Load(),
 	}
 }

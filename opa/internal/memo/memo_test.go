@@ -220,3 +220,52 @@ func BenchmarkFindHit(b *testing.B) {
 		})
 	}
 }
+
+// TestMemoOneOffsStayInProbation: keys found once (one-off pods) hold at
+// most probation's share of the budget however many pass, and do not
+// push out what was found twice; a key found again while in probation
+// keeps its results.
+func TestMemoOneOffsStayInProbation(t *testing.T) {
+	const maxResults = 800
+	m := New[string](Options{MaxResults: maxResults, MaxBytes: 1 << 30})
+	for i := range 50 {
+		m.Put(m.Find(1, key(i)), 0, fmt.Sprint(i), 8)
+		if v, ok := m.Find(1, key(i)).Get(0); !ok || v != fmt.Sprint(i) {
+			t.Fatalf("key %d found again in probation: %q, %v", i, v, ok)
+		}
+	}
+	for j := range 20000 {
+		m.Put(m.Find(1, key(100000+j)), 0, "one-off", 8)
+		if s := m.Stats(); s.Results > 50+maxResults/probationShare {
+			t.Fatalf("after %d one-offs: %d results held", j+1, s.Results)
+		}
+	}
+	for i := range 50 {
+		if v, ok := m.Find(1, key(i)).Get(0); !ok || v != fmt.Sprint(i) {
+			t.Errorf("key %d found twice was dropped by one-offs: %q, %v", i, v, ok)
+		}
+	}
+}
+
+// TestMemoSecondSightingAfterProbation: a key whose entry was dropped
+// with probation before it recurred goes straight to the generations
+// when it does, and then outlives any number of one-offs.
+func TestMemoSecondSightingAfterProbation(t *testing.T) {
+	m := New[string](Options{MaxResults: 800, MaxBytes: 1 << 30})
+	m.Put(m.Find(1, key(1)), 0, "first", 8)
+	oneOffs := func(from int) {
+		for j := range 1000 {
+			m.Put(m.Find(1, key(from+j)), 0, "one-off", 8)
+		}
+	}
+	oneOffs(100000)
+	e := m.Find(1, key(1))
+	if _, ok := e.Get(0); ok {
+		t.Fatal("key 1 still held after probation was dropped: the test does not drop it")
+	}
+	m.Put(e, 0, "second", 8)
+	oneOffs(200000)
+	if v, ok := m.Find(1, key(1)).Get(0); !ok || v != "second" {
+		t.Errorf("key 1, seen before, then put: %q, %v; want it kept", v, ok)
+	}
+}
