@@ -393,6 +393,9 @@ type sample struct {
 	// reordered: the connection received segments out of order during
 	// the request (outOfOrder), known when tcpKnown.
 	reordered, tcpKnown bool
+	// clientGC: with -service, one of this client's own collections
+	// ended while the request was in flight.
+	clientGC bool
 }
 
 // gcCycles reads this process's completed collections into s, a worker's
@@ -628,16 +631,16 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				p := wk.stream.NextInto(&wk.pod)
 				body := b.BuildInto(&wk.body, p)
-				var gc0 uint64
-				if c.inProcess {
-					gc0 = gcCycles(gcSample)
-				}
+				gc0 := gcCycles(gcSample)
 				ooo0, tcpKnown := outOfOrder(wk.conn.conn)
 				start := time.Now()
 				out, err := c.send(wk.conn, s, body, p.JSON, &wk.sink, &wk.prioritize)
 				end := time.Now()
 				ooo1, _ := outOfOrder(wk.conn.conn)
-				gcEnded := c.inProcess && gcCycles(gcSample) != gc0
+				// In process the collection is the server's as much as
+				// this client's; with -service it is the client's own.
+				ownGC := gcCycles(gcSample) != gc0
+				gcEnded := c.inProcess && ownGC
 				if err != nil {
 					r.err = err
 					return
@@ -650,7 +653,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 				}
 				if keep {
 					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano(),
-						reordered: ooo1 != ooo0, tcpKnown: tcpKnown})
+						reordered: ooo1 != ooo0, tcpKnown: tcpKnown, clientGC: !c.inProcess && ownGC})
 					r.bodyBytes += int64(out.request)
 					r.respBytes += int64(out.answer)
 					r.scoredNodes += int64(out.scored)
@@ -752,7 +755,7 @@ func slowest(results []workerResult, n int, gcKnown bool) []SlowCall {
 			gc = map[bool]string{true: "yes", false: "no"}[x.gc]
 		}
 		out = append(out, SlowCall{Ms: ms(x.d), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc,
-			Reordered: x.tcpKnown && x.reordered})
+			Reordered: x.tcpKnown && x.reordered, ClientGC: x.clientGC})
 	}
 	return out
 }

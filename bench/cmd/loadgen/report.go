@@ -370,7 +370,7 @@ func printMarkdown(w io.Writer, r *Report) {
 	printScenarios(w, r.Scenarios)
 	if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return len(s.Slowest) > 0 }) {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it; reordered: part of an answer arrived out of order (the service resent it):")
+		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it; reordered: part of an answer arrived out of order (the service resent it); client GC: one of loadgen's own collections ended during it:")
 		fmt.Fprintln(w)
 		printSlowest(w, r.Scenarios)
 	}
@@ -434,6 +434,9 @@ type SlowCall struct {
 	// Reordered: the connection received part of the answer out of order
 	// (TCP_INFO on Linux), so the service resent part of it.
 	Reordered bool `json:"reordered,omitempty"`
+	// ClientGC: a collection of loadgen's own (with -service) ended
+	// while it was in flight.
+	ClientGC bool `json:"clientGC,omitempty"`
 }
 
 // printSlowest lists each scenario's slowest requests, one line each
@@ -457,6 +460,9 @@ func printSlowest(w io.Writer, scenarios []Scenario) {
 			}
 			if c.Reordered {
 				what = append(what, "reordered")
+			}
+			if c.ClientGC {
+				what = append(what, "client GC")
 			}
 			parts[i] = fmt.Sprintf("%.1f ms at %.2f s", c.Ms, c.AtSeconds)
 			if len(what) > 0 {

@@ -57,9 +57,9 @@ func TestSlowestReported(t *testing.T) {
 			[]string{"Slowest requests", "- cycle/names/500: 18.5 ms at 13.89 s (GC); 12.8 ms at 47.45 s (one-off); 9.1 ms at 2.50 s (GC unknown); the service's own calls past 10 ms: 2, past 25 ms: 0\n"}},
 		{"long calls not known", []Scenario{{Name: "cycle/names/500", Slowest: slow[:1], ServerMeanMs: 0.7, ServerOver10ms: -1, ServerOver25ms: -1}},
 			[]string{"- cycle/names/500: 18.5 ms at 13.89 s (GC)\n"}},
-		{"reordered", []Scenario{{Name: "cycle/names/5000", Slowest: []SlowCall{{Ms: 24.6, AtSeconds: 19.47, GC: "no", Reordered: true}},
+		{"reordered", []Scenario{{Name: "cycle/names/5000", Slowest: []SlowCall{{Ms: 24.6, AtSeconds: 19.47, GC: "no", Reordered: true, ClientGC: true}},
 			ServerMeanMs: 2.6, ServerOver10ms: 1, ReorderedCycles: &reordered}},
-			[]string{"- cycle/names/5000: 24.6 ms at 19.47 s (reordered); the service's own calls past 10 ms: 1, past 25 ms: 0; 531 of its requests received part of an answer out of order\n"}},
+			[]string{"- cycle/names/5000: 24.6 ms at 19.47 s (reordered, client GC); the service's own calls past 10 ms: 1, past 25 ms: 0; 531 of its requests received part of an answer out of order\n"}},
 		{"none kept", []Scenario{{Name: "cycle/names/500"}}, nil},
 	} {
 		var out bytes.Buffer
