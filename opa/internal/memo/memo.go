@@ -80,7 +80,7 @@ type Memo[R any] struct {
 	rotations atomic.Uint64
 }
 
-// maxSeen bounds Memo.seen (about 2 MiB of map at the bound).
+// maxSeen bounds Memo.seen (under 1.5 MiB of map at the bound).
 const maxSeen = 1 << 16
 
 type generation[R any] struct {

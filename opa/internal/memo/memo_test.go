@@ -11,8 +11,9 @@ func key(i int) []*ast.Term { return []*ast.Term{ast.StringTerm(fmt.Sprint("pod-
 
 func TestMemoBoundedAndKeepsWorkingSet(t *testing.T) {
 	m := New[string](Options{MaxResults: 1000, MaxBytes: 1 << 30})
-	// A working set of 300 results (under half the budget) is never lost,
-	// however many one-off entries pass through.
+	// A working set of 300 results (under half of what probation leaves)
+	// is never lost once found twice, however many one-off entries pass
+	// through.
 	for round := range 20 {
 		for i := range 300 {
 			e := m.Find(1, key(i))
