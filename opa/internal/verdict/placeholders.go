@@ -233,12 +233,8 @@ func classify(s string) (plain, html bool) {
 // IsPlain reports whether s is printable ASCII without quote or backslash:
 // text that a JSON string holds as it is (PlainWriter).
 func isPlain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
+	plain, _ := classify(s)
+	return plain
 }
 
 // JSONInner is value as encoding/json writes it between the quotes (HTML
