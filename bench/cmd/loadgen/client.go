@@ -324,9 +324,10 @@ func verbsOf(verb string) []string {
 // sent is what one measured call of a verb sent and left in the sink.
 type sent struct {
 	d       time.Duration
-	answer  int // answer bytes, every request's
-	request int // request bytes, every request's
-	scored  int // nodes sent to a cycle's prioritize (0: not called)
+	longest time.Duration // the longest of its calls (a cycle's filter or prioritize)
+	answer  int           // answer bytes, every request's
+	request int           // request bytes, every request's
+	scored  int           // nodes sent to a cycle's prioritize (0: not called)
 	last    scenario
 }
 
@@ -346,13 +347,13 @@ func (o sent) want() int {
 func (c *client) send(w *wire, s scenario, body, pod []byte, sink, pbuf *bytes.Buffer) (sent, error) {
 	if s.verb != "cycle" {
 		d, n, err := c.timed(w, s.verb, body, sink)
-		return sent{d: d, answer: n, request: len(body), last: s}, err
+		return sent{d: d, longest: d, answer: n, request: len(body), last: s}, err
 	}
 	d, n, err := c.timed(w, "filter", body, sink)
 	if err != nil {
 		return sent{}, err
 	}
-	out := sent{d: d, answer: n, request: len(body), last: scenario{verb: "filter", full: s.full, nodes: s.nodes}}
+	out := sent{d: d, longest: d, answer: n, request: len(body), last: scenario{verb: "filter", full: s.full, nodes: s.nodes}}
 	p, err := passedNodes(sink.Bytes())
 	if err != nil || !p.scored() {
 		return out, err
@@ -363,6 +364,7 @@ func (c *client) send(w *wire, s scenario, body, pod []byte, sink, pbuf *bytes.B
 		return sent{}, err
 	}
 	out.d += d
+	out.longest = max(out.longest, d)
 	out.answer += n
 	out.request += len(pbody)
 	out.scored = p.count
@@ -382,7 +384,10 @@ func check(out []byte, s scenario, want int) error {
 
 // sample is one measured request.
 type sample struct {
-	d      time.Duration
+	d time.Duration
+	// call is its longest call: d itself for one verb, the longer of
+	// filter and prioritize for a cycle.
+	call   time.Duration
 	oneOff bool
 	// gc: in process, a collection of this process (the service's own
 	// collector then) ended while the request was in flight; start and end
@@ -652,7 +657,7 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 					}
 				}
 				if keep {
-					r.samples = append(r.samples, sample{d: out.d, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano(),
+					r.samples = append(r.samples, sample{d: out.d, call: out.longest, oneOff: p.Kind == "one-off", gc: gcEnded, start: start.UnixNano(), end: end.UnixNano(),
 						reordered: ooo1 != ooo0, tcpKnown: tcpKnown, clientGC: !c.inProcess && ownGC})
 					r.bodyBytes += int64(out.request)
 					r.respBytes += int64(out.answer)
@@ -672,14 +677,18 @@ func (c *client) phase(ctx context.Context, s scenario, b *perf.Args, workers []
 // samples.
 func summarize(s scenario, f *flags, results []workerResult, elapsed time.Duration, gcKnown bool) (Scenario, error) {
 	var all, oneOff, replicas, quiet []time.Duration
+	var longestCall time.Duration
 	var reqBytes, resp, scoredCycles, scoredNodes int64
 	withGC := 0
+	first := int64(math.MaxInt64)
 	for _, r := range results {
 		if r.err != nil {
 			return Scenario{}, r.err
 		}
 		for _, x := range r.samples {
 			all = append(all, x.d)
+			first = min(first, x.start)
+			longestCall = max(longestCall, x.call)
 			if x.oneOff {
 				oneOff = append(oneOff, x.d)
 			} else {
@@ -707,9 +716,9 @@ func summarize(s scenario, f *flags, results []workerResult, elapsed time.Durati
 	slices.Sort(quiet)
 	res := Scenario{
 		Name: s.name(), Verb: s.verb, Mode: s.mode(), Nodes: s.nodes, Concurrency: f.concurrency,
-		Requests: n, Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
+		Requests: n, StartedAt: time.Unix(0, first).UTC().Format(time.RFC3339Nano), Seconds: elapsed.Seconds(), RPS: float64(n) / elapsed.Seconds(),
 		P50Ms: ms(percentile(all, 0.50)), P90Ms: ms(percentile(all, 0.90)), P99Ms: ms(percentile(all, 0.99)),
-		P999Ms: ms(percentile(all, 0.999)), MaxMs: ms(all[n-1]), MeanMs: ms(mean(all)),
+		P999Ms: ms(percentile(all, 0.999)), MaxMs: ms(all[n-1]), MaxCallMs: ms(longestCall), MeanMs: ms(mean(all)),
 		OneOffRequests: len(oneOff),
 		ReplicaP99Ms:   ms(percentile(replicas, 0.99)),
 		GCEndedPercent: -1,
@@ -754,7 +763,7 @@ func slowest(results []workerResult, n int, gcKnown bool) []SlowCall {
 		if gcKnown {
 			gc = map[bool]string{true: "yes", false: "no"}[x.gc]
 		}
-		out = append(out, SlowCall{Ms: ms(x.d), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc,
+		out = append(out, SlowCall{Ms: ms(x.d), CallMs: ms(x.call), AtSeconds: math.Round(float64(x.start-first)/1e6) / 1e3, OneOff: x.oneOff, GC: gc,
 			Reordered: x.tcpKnown && x.reordered, ClientGC: x.clientGC})
 	}
 	return out

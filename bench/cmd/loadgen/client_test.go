@@ -29,7 +29,12 @@ func TestTailWithCollections(t *testing.T) {
 			d = 4 * time.Millisecond
 		}
 		start := t0.Add(time.Duration(i) * time.Millisecond)
-		samples = append(samples, sample{d: d, oneOff: i == 120, start: start.UnixNano(), end: start.Add(d).UnixNano()})
+		// The cycle's longer call: 3 ms of the 5-ms cycles, all of the others.
+		call := d
+		if d == 5*time.Millisecond {
+			call = 3 * time.Millisecond
+		}
+		samples = append(samples, sample{d: d, call: call, oneOff: i == 120, start: start.UnixNano(), end: start.Add(d).UnixNano()})
 	}
 	gc := []perf.GCWindow{{Start: t0.Add(50200 * time.Microsecond), End: t0.Add(51300 * time.Microsecond)}}
 	for _, tc := range []struct {
@@ -58,9 +63,13 @@ func TestTailWithCollections(t *testing.T) {
 		}
 		// 50 and 51 took 5 ms, each started 50 and 51 ms into the run and
 		// overlapped the collection; 120 took 4 ms and is the one-off pod.
-		wantSlowest := []SlowCall{{Ms: 5, AtSeconds: 0.05, GC: gcOf(true)}, {Ms: 5, AtSeconds: 0.051, GC: gcOf(true)}, {Ms: 4, AtSeconds: 0.12, OneOff: true, GC: gcOf(false)}}
+		wantSlowest := []SlowCall{{Ms: 5, CallMs: 3, AtSeconds: 0.05, GC: gcOf(true)}, {Ms: 5, CallMs: 3, AtSeconds: 0.051, GC: gcOf(true)}, {Ms: 4, CallMs: 4, AtSeconds: 0.12, OneOff: true, GC: gcOf(false)}}
 		if !slices.Equal(res.Slowest, wantSlowest) {
 			t.Errorf("%s: slowest %+v, want %+v", tc.name, res.Slowest, wantSlowest)
+		}
+		if res.MaxMs != 5 || res.MaxCallMs != 4 || res.StartedAt != "2026-12-06T04:00:00Z" {
+			t.Errorf("%s: longest cycle %.3f ms, longest call %.3f, started %q; want 5, 4 (the one-off pod's: the 5-ms cycles' calls took 3), 2026-12-06T04:00:00Z",
+				tc.name, res.MaxMs, res.MaxCallMs, res.StartedAt)
 		}
 		if res.GCEndedPercent != tc.withGC || res.SlowGCPercent != tc.slowGC || res.SlowOneOffPercent != tc.slowOneOff || res.QuietReplicaP99Ms != tc.quietP99 {
 			t.Errorf("%s: calls with a GC %.1f%%, p99 calls with a GC %.1f%%, one-off %.1f%%, quiet replica p99 %.3f ms; want %.1f, %.1f, %.1f, %.3f",

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
@@ -77,5 +81,41 @@ func TestPrioritizeBody(t *testing.T) {
 	}
 	if (passed{count: 1}).scored() || (passed{}).scored() {
 		t.Error("the scheduler scores two or more feasible nodes only")
+	}
+}
+
+// TestCycleTimesEachCall: a cycle's time is its filter's and its
+// prioritize's added, and its longest call is the longer of the two, each
+// as the server took it.
+func TestCycleTimesEachCall(t *testing.T) {
+	const filterDelay, prioritizeDelay = 30 * time.Millisecond, 10 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/filter":
+			time.Sleep(filterDelay)
+			_, _ = io.WriteString(w, `{"NodeNames":["a","b"],"FailedAndUnresolvableNodes":{"c":"no"}}`)
+		case "/prioritize":
+			time.Sleep(prioritizeDelay)
+			_, _ = io.WriteString(w, `[{"Host":"a","Score":1},{"Host":"b","Score":0}]`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	w, err := dialWire(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	c := newClient(srv.URL, 1)
+	pod := []byte(`{"metadata":{"name":"p","namespace":"ns"}}`)
+	body := []byte(`{"Pod":` + string(pod) + `,"NodeNames":["a","b","c"]}`)
+	out, err := c.send(w, scenario{verb: "cycle", nodes: 3}, body, pod, new(bytes.Buffer), new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.scored != 2 || out.longest < filterDelay || out.d < filterDelay+prioritizeDelay || out.longest > out.d-prioritizeDelay {
+		t.Errorf("cycle %v, longest call %v, %d nodes scored: want filter (%v) and prioritize (%v) added, the longest the filter's, 2 scored",
+			out.d, out.longest, out.scored, filterDelay, prioritizeDelay)
 	}
 }

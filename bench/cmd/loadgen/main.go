@@ -559,8 +559,8 @@ func runScenarios(ctx context.Context, f *flags, c *client, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
-		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %7.3f ms  %7.0f allocs/req  %7.1f evaluations/req  %5.1f node updates/s",
-			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.P999Ms, res.MaxMs, res.AllocsPerRequest, res.EvaluationsPerRequest, res.NodeUpdatesPerSecond)
+		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %7.3f ms (longest call %7.3f)  %7.0f allocs/req  %7.1f evaluations/req  %5.1f node updates/s",
+			res.Name, res.Requests, res.RPS, res.P50Ms, res.P99Ms, res.P999Ms, res.MaxMs, res.MaxCallMs, res.AllocsPerRequest, res.EvaluationsPerRequest, res.NodeUpdatesPerSecond)
 		if res.EvalErrorsPerRequest > 0 {
 			logf("%s: %.1f evaluation errors per request (failing templates, or the service's request timeout)", res.Name, res.EvalErrorsPerRequest)
 		}

@@ -40,8 +40,6 @@ func TestMachineJitterReported(t *testing.T) {
 	}
 }
 
-// TestMain lets this test binary stand in for loadgen in the processes
-// loadgen starts of itself (-time-jitter), as the binary does.
 // TestSlowestReported: the report lists each scenario's slowest requests
 // with when they came and what they were, and has no such list when none
 // was kept (-slowest 0).
@@ -60,6 +58,8 @@ func TestSlowestReported(t *testing.T) {
 		{"reordered", []Scenario{{Name: "cycle/names/5000", Slowest: []SlowCall{{Ms: 24.6, AtSeconds: 19.47, GC: "no", Reordered: true, ClientGC: true}},
 			ServerMeanMs: 2.6, ServerOver10ms: 1, ReorderedCycles: &reordered}},
 			[]string{"- cycle/names/5000: 24.6 ms at 19.47 s (reordered, client GC); the service's own calls past 10 ms: 1, past 25 ms: 0; 531 of its requests received part of an answer out of order\n"}},
+		{"longer call", []Scenario{{Name: "cycle/names/5000", Slowest: []SlowCall{{Ms: 21.5, CallMs: 17.2, AtSeconds: 3.25, GC: "yes"}, {Ms: 9.5, CallMs: 9.5, AtSeconds: 4, GC: "no"}}}},
+			[]string{"- cycle/names/5000: 21.5 ms at 3.25 s (longer call 17.2 ms, GC); 9.5 ms at 4.00 s\n"}},
 		{"none kept", []Scenario{{Name: "cycle/names/500"}}, nil},
 	} {
 		var out bytes.Buffer
@@ -69,12 +69,35 @@ func TestSlowestReported(t *testing.T) {
 				t.Errorf("%s: the report lacks %q:\n%s", tc.name, w, out.String())
 			}
 		}
-		if (tc.name != "reordered" && strings.Contains(out.String(), "cycle/names/5000:")) || (tc.want == nil && strings.Contains(out.String(), "Slowest requests")) {
+		if (!strings.HasPrefix(tc.name, "reordered") && tc.name != "longer call" && strings.Contains(out.String(), "cycle/names/5000:")) || (tc.want == nil && strings.Contains(out.String(), "Slowest requests")) {
 			t.Errorf("%s: the report lists slowest requests it was not given:\n%s", tc.name, out.String())
 		}
 	}
 }
 
+// TestLongestCallTarget: the target "no call over 20 ms in 60 s on a still
+// cluster" is judged on the longest single call of each names-only
+// scenario that ran 60 s without Node updates, and only on those.
+func TestLongestCallTarget(t *testing.T) {
+	scenarios := []Scenario{
+		{Verb: "cycle", Mode: "names", Nodes: 500, Seconds: 60.0004, MaxMs: 14.2, MaxCallMs: 11.9},
+		{Verb: "cycle", Mode: "names", Nodes: 5000, Seconds: 60.001, MaxMs: 24.1, MaxCallMs: 20.3},
+		{Verb: "cycle", Mode: "names", Nodes: 5000, Seconds: 10, MaxMs: 9, MaxCallMs: 8},
+		{Verb: "cycle", Mode: "names", Nodes: 5000, Seconds: 60.001, MaxMs: 9, MaxCallMs: 8, NodeUpdatesPerSecond: 20},
+		{Verb: "filter", Mode: "nodes", Nodes: 500, Seconds: 60.001, MaxMs: 9, MaxCallMs: 9},
+	}
+	got := longestCallTargets(scenarios)
+	want := []TargetResult{
+		{Name: "the longest call (filter or prioritize), 500 nodes (names), 60 s on a still cluster", Target: "< 20 ms", Measured: "11.900 ms (the longest cycle 14.200)", Value: 11.9, Met: true},
+		{Name: "the longest call (filter or prioritize), 5000 nodes (names), 60 s on a still cluster", Target: "< 20 ms", Measured: "20.300 ms (the longest cycle 24.100)", Value: 20.3, Met: false},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("targets %+v,\nwant %+v", got, want)
+	}
+}
+
+// TestMain lets this test binary stand in for loadgen in the processes
+// loadgen starts of itself (-time-jitter), as the binary does.
 func TestMain(m *testing.M) {
 	if slices.Contains(os.Args[1:], "-time-jitter") {
 		if err := run(); err != nil {
