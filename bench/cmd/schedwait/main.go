@@ -7,9 +7,14 @@
 // where the median runs 0.5, with no collection beside it) shows here as
 // the client or the server queued on one CPU while another sat idle:
 //
+// With -list it lists those waits one by one, with how long the CPU the
+// process waited for and the others sat idle meanwhile: a wait beside
+// CPUs that are all idle is, on a VM, a vCPU the host did not run.
+//
 //	perf sched record -o /tmp/s.data -- sleep 4   # during a loadgen run
 //	perf sched timehist -w -i /tmp/s.data > /tmp/s.txt
 //	schedwait -who loadgen -over 300us /tmp/s.txt
+//	schedwait -pids -who loadgen/1234 -over 5ms -list /tmp/s.txt
 package main
 
 import (
@@ -40,6 +45,7 @@ func main() {
 	who := flag.String("who", "", "the process whose waits are broken down (its command name, or name/pid with -pids)")
 	pids := flag.Bool("pids", false, "tell processes apart by pid (name/pid): a server started from the client's own binary")
 	over := flag.Duration("over", 300*time.Microsecond, "the waits broken down: those at least this long")
+	list := flag.Bool("list", false, "with -who, also list each such wait: when, on which CPU, and how long its CPU and the others sat idle meanwhile")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: schedwait [-pids] [-who process] [-over 300us] timehist.txt")
@@ -64,6 +70,9 @@ func main() {
 	if *who != "" {
 		fmt.Fprintln(os.Stdout)
 		breakDown(os.Stdout, outs, *who, *over)
+		if *list {
+			listWaits(os.Stdout, outs, *who, *over)
+		}
 	}
 }
 
@@ -198,6 +207,41 @@ func breakDown(w io.Writer, outs []switchOut, who string, over time.Duration) {
 	fmt.Fprintln(w, "|---|---:|---:|")
 	for _, n := range ranked(same, other) {
 		fmt.Fprintf(w, "| %s | %.1f | %.1f |\n", n, same[n]*1e3, other[n]*1e3)
+	}
+}
+
+// listWaits prints each wait of who at least over long, with how long the
+// CPU it waited for and the least idle of the others sat idle meanwhile.
+// A thread that waits while every CPU is idle waits for no other thread:
+// on a VM, for a vCPU the host does not run.
+func listWaits(w io.Writer, outs []switchOut, who string, over time.Duration) {
+	byCPU := map[int][]switchOut{}
+	for _, s := range outs {
+		byCPU[s.cpu] = append(byCPU[s.cpu], s)
+	}
+	for _, segs := range byCPU {
+		sort.Slice(segs, func(i, j int) bool { return segs[i].at < segs[j].at })
+	}
+	fmt.Fprintf(w, "\n%s's waits of %v or more, one by one (ms):\n", who, over)
+	fmt.Fprintln(w, "| woken at, s | CPU | waited | its CPU idle | the other CPUs idle, at least |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
+	for _, s := range outs {
+		if s.comm != who || s.delay < over {
+			continue
+		}
+		to := s.start()
+		from := to - s.delay.Seconds()
+		own, others := 0.0, -1.0
+		for cpu, segs := range byCPU {
+			ran := map[string]float64{}
+			occupy(ran, segs, from, to)
+			if cpu == s.cpu {
+				own = ran["<idle>"]
+			} else if others < 0 || ran["<idle>"] < others {
+				others = ran["<idle>"]
+			}
+		}
+		fmt.Fprintf(w, "| %.6f | %d | %.3f | %.3f | %.3f |\n", from, s.cpu, ms(s.delay), own*1e3, max(others, 0)*1e3)
 	}
 }
 

@@ -83,3 +83,35 @@ func TestQueuedBehindTheServer(t *testing.T) {
 		t.Errorf("break-down over 2ms: %s", none.String())
 	}
 }
+
+// A client woken onto a CPU that stays idle while the other CPU is idle
+// too waits for no thread: the list says both CPUs were idle.
+func TestWaitBesideIdleCPUs(t *testing.T) {
+	f, err := os.Open("testdata/idle.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outs, err := parse(f, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	listWaits(&out, outs, "lg", 5*time.Millisecond)
+	// lg was woken at 200.0011 and ran at 200.0200: 18.9 ms, all of it
+	// beside the idle task on CPU 1 (idle from 200.001) and on CPU 0
+	// (idle from 200.001 to 200.021).
+	for _, want := range []string{
+		"lg's waits of 5ms or more, one by one",
+		"| 200.001100 | 1 | 18.900 | 18.900 | 18.900 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("list lacks %q:\n%s", want, out.String())
+		}
+	}
+	var none bytes.Buffer
+	listWaits(&none, outs, "lg", 20*time.Millisecond)
+	if strings.Count(none.String(), "\n") != 4 {
+		t.Errorf("list over 20ms has rows:\n%s", none.String())
+	}
+}
