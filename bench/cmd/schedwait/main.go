@@ -172,13 +172,7 @@ func summarize(w io.Writer, outs []switchOut) {
 // breakDown prints, over the waits of who at least over long, what its
 // own CPU ran and what the other CPUs ran (or that they were idle).
 func breakDown(w io.Writer, outs []switchOut, who string, over time.Duration) {
-	byCPU := map[int][]switchOut{}
-	for _, s := range outs {
-		byCPU[s.cpu] = append(byCPU[s.cpu], s)
-	}
-	for _, segs := range byCPU {
-		sort.Slice(segs, func(i, j int) bool { return segs[i].at < segs[j].at })
-	}
+	byCPU := switchesByCPU(outs)
 	same, other := map[string]float64{}, map[string]float64{}
 	var waits int
 	var waited float64
@@ -215,13 +209,7 @@ func breakDown(w io.Writer, outs []switchOut, who string, over time.Duration) {
 // A thread that waits while every CPU is idle waits for no other thread:
 // on a VM, for a vCPU the host does not run.
 func listWaits(w io.Writer, outs []switchOut, who string, over time.Duration) {
-	byCPU := map[int][]switchOut{}
-	for _, s := range outs {
-		byCPU[s.cpu] = append(byCPU[s.cpu], s)
-	}
-	for _, segs := range byCPU {
-		sort.Slice(segs, func(i, j int) bool { return segs[i].at < segs[j].at })
-	}
+	byCPU := switchesByCPU(outs)
 	fmt.Fprintf(w, "\n%s's waits of %v or more, one by one (ms):\n", who, over)
 	fmt.Fprintln(w, "| woken at, s | CPU | waited | its CPU idle | the other CPUs idle, at least |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
@@ -243,6 +231,18 @@ func listWaits(w io.Writer, outs []switchOut, who string, over time.Duration) {
 		}
 		fmt.Fprintf(w, "| %.6f | %d | %.3f | %.3f | %.3f |\n", from, s.cpu, ms(s.delay), own*1e3, max(others, 0)*1e3)
 	}
+}
+
+// switchesByCPU is each CPU's switch-outs, by time.
+func switchesByCPU(outs []switchOut) map[int][]switchOut {
+	byCPU := map[int][]switchOut{}
+	for _, s := range outs {
+		byCPU[s.cpu] = append(byCPU[s.cpu], s)
+	}
+	for _, segs := range byCPU {
+		sort.Slice(segs, func(i, j int) bool { return segs[i].at < segs[j].at })
+	}
+	return byCPU
 }
 
 // occupy adds to into the time each process ran on one CPU (its

@@ -42,41 +42,23 @@ func TestParseRefusesWhatIsNotTimehist(t *testing.T) {
 // A client woken while the server runs on its CPU waits for it there,
 // while the other CPU is idle: the break-down says so.
 func TestQueuedBehindTheServer(t *testing.T) {
-	f, err := os.Open("testdata/queued.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	outs, err := parse(f, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	outs := parseFixture(t, "testdata/queued.txt")
 	if len(outs) != 4 {
 		t.Fatalf("parsed %d switch-outs, want 4 (headers and the wakeup skipped): %+v", len(outs), outs)
 	}
 	var sum, down bytes.Buffer
 	summarize(&sum, outs)
 	breakDown(&down, outs, "lg", 300*time.Microsecond)
-	for _, want := range []string{
+	mustContain(t, "summary", sum.String(),
 		"| svc | 1.0 | 1 | 0.0 | 0 | 0 | 0 |",
-		"| lg | 1.2 | 1 | 0.8 | 1 | 1 | 0 |",
-	} {
-		if !strings.Contains(sum.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, sum.String())
-		}
-	}
+		"| lg | 1.2 | 1 | 0.8 | 1 | 1 | 0 |")
 	if strings.Contains(sum.String(), "kworker") {
 		t.Errorf("summary lists a process that neither ran nor waited a millisecond:\n%s", sum.String())
 	}
-	for _, want := range []string{
+	mustContain(t, "break-down", down.String(),
 		"lg: 1 waits of 300µs or more, 0.8 ms in all",
 		"| svc | 0.8 | 0.0 |",
-		"| <idle> | 0.0 | 0.8 |",
-	} {
-		if !strings.Contains(down.String(), want) {
-			t.Errorf("break-down lacks %q:\n%s", want, down.String())
-		}
-	}
+		"| <idle> | 0.0 | 0.8 |")
 	var none bytes.Buffer
 	breakDown(&none, outs, "lg", 2*time.Millisecond)
 	if !strings.Contains(none.String(), "no wait of 2ms or more") {
@@ -87,7 +69,26 @@ func TestQueuedBehindTheServer(t *testing.T) {
 // A client woken onto a CPU that stays idle while the other CPU is idle
 // too waits for no thread: the list says both CPUs were idle.
 func TestWaitBesideIdleCPUs(t *testing.T) {
-	f, err := os.Open("testdata/idle.txt")
+	outs := parseFixture(t, "testdata/idle.txt")
+	var out bytes.Buffer
+	listWaits(&out, outs, "lg", 5*time.Millisecond)
+	// lg was woken at 200.0011 and ran at 200.0200: 18.9 ms, all of it
+	// beside the idle task on CPU 1 (idle from 200.001) and on CPU 0
+	// (idle from 200.001 to 200.021).
+	mustContain(t, "list", out.String(),
+		"lg's waits of 5ms or more, one by one",
+		"| 200.001100 | 1 | 18.900 | 18.900 | 18.900 |")
+	var none bytes.Buffer
+	listWaits(&none, outs, "lg", 20*time.Millisecond)
+	if strings.Count(none.String(), "\n") != 4 {
+		t.Errorf("list over 20ms has rows:\n%s", none.String())
+	}
+}
+
+// parseFixture parses a timehist text of testdata.
+func parseFixture(t *testing.T, path string) []switchOut {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,22 +97,15 @@ func TestWaitBesideIdleCPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	listWaits(&out, outs, "lg", 5*time.Millisecond)
-	// lg was woken at 200.0011 and ran at 200.0200: 18.9 ms, all of it
-	// beside the idle task on CPU 1 (idle from 200.001) and on CPU 0
-	// (idle from 200.001 to 200.021).
-	for _, want := range []string{
-		"lg's waits of 5ms or more, one by one",
-		"| 200.001100 | 1 | 18.900 | 18.900 | 18.900 |",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("list lacks %q:\n%s", want, out.String())
+	return outs
+}
+
+// mustContain reports each of wants that the output named what lacks.
+func mustContain(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
 		}
-	}
-	var none bytes.Buffer
-	listWaits(&none, outs, "lg", 20*time.Millisecond)
-	if strings.Count(none.String(), "\n") != 4 {
-		t.Errorf("list over 20ms has rows:\n%s", none.String())
 	}
 }
