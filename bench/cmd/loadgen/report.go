@@ -406,7 +406,7 @@ func printMarkdown(w io.Writer, r *Report) {
 	printScenarios(w, r.Scenarios)
 	if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return len(s.Slowest) > 0 }) {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it; reordered: part of an answer arrived out of order (the service resent it); client GC: one of loadgen's own collections ended during it:")
+		fmt.Fprintln(w, "Slowest requests of each scenario (-slowest), from its first measured request's start; GC: one of the server's collections overlapped it; reordered: part of an answer arrived out of order (the service resent it); client GC: one of loadgen's own collections ended during it; longer call: the longer of a cycle's two calls, where shorter than the cycle:")
 		fmt.Fprintln(w)
 		printSlowest(w, r.Scenarios)
 	}

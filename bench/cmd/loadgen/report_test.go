@@ -69,7 +69,7 @@ func TestSlowestReported(t *testing.T) {
 				t.Errorf("%s: the report lacks %q:\n%s", tc.name, w, out.String())
 			}
 		}
-		if (!strings.HasPrefix(tc.name, "reordered") && tc.name != "longer call" && strings.Contains(out.String(), "cycle/names/5000:")) || (tc.want == nil && strings.Contains(out.String(), "Slowest requests")) {
+		if (tc.name != "reordered" && tc.name != "longer call" && strings.Contains(out.String(), "cycle/names/5000:")) || (tc.want == nil && strings.Contains(out.String(), "Slowest requests")) {
 			t.Errorf("%s: the report lists slowest requests it was not given:\n%s", tc.name, out.String())
 		}
 	}

@@ -5,8 +5,7 @@
 // (whose work it queued behind) and the others (idle, or whom). A tail
 // that a process's own profile cannot explain (a call that runs 1.8 ms
 // where the median runs 0.5, with no collection beside it) shows here as
-// the client or the server queued on one CPU while another sat idle:
-//
+// the client or the server queued on one CPU while another sat idle.
 // With -list it lists those waits one by one, with how long the CPU the
 // process waited for and the others sat idle meanwhile: a wait beside
 // CPUs that are all idle is, on a VM, a vCPU the host did not run.
@@ -48,7 +47,7 @@ func main() {
 	list := flag.Bool("list", false, "with -who, also list each such wait: when, on which CPU, and how long its CPU and the others sat idle meanwhile")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: schedwait [-pids] [-who process] [-over 300us] timehist.txt")
+		fmt.Fprintln(os.Stderr, "usage: schedwait [-pids] [-who process [-over 300us] [-list]] timehist.txt")
 		os.Exit(2)
 	}
 	f, err := os.Open(flag.Arg(0))

@@ -230,7 +230,7 @@ func classify(s string) (plain, html bool) {
 	return plain, html
 }
 
-// IsPlain reports whether s is printable ASCII without quote or backslash:
+// isPlain reports whether s is printable ASCII without quote or backslash:
 // text that a JSON string holds as it is (PlainWriter).
 func isPlain(s string) bool {
 	plain, _ := classify(s)
