@@ -415,9 +415,11 @@ func (r *reader) selectField(v value, f string, test bool) value {
 		default:
 			r.add(append(slices.Clone(o.path), shapeMark))
 			p := append(slices.Clone(o.path), f)
-			if test {
-				r.add(append(p, shapeMark))
-			} else {
+			// The selection fails where f is missing, whether or not its
+			// value is used later (a list of them only counted, a map
+			// literal's entry never read): its shape is read either way.
+			r.add(append(slices.Clone(p), shapeMark))
+			if !test {
 				out = append(out, origin{path: p})
 			}
 		}
@@ -533,16 +535,18 @@ func (r *reader) elementsAt(v value, pos string) value {
 // variable bound to the range's elements, its accumulator to what its
 // steps add, up to a fixed point.
 func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
-	elems := r.elements(r.eval(c.IterRange(), sc))
+	rng := r.eval(c.IterRange(), sc)
+	elems := r.elements(rng)
 	inner := scope{}
 	for k, v := range sc {
 		inner[k] = v
 	}
 	// With two variables the first is an index or a key: bound to the
-	// elements too, which reads more than it needs, never less.
+	// elements too, which reads more than it needs, never less. The second
+	// is a list's element or a map's value: a map literal's values too.
 	inner[c.IterVar()] = elems
 	if c.HasIterVar2() {
-		inner[c.IterVar2()] = elems
+		inner[c.IterVar2()] = union(elems, entryValues(rng))
 	}
 	defer r.bindRange(c, sc)()
 	defer r.bindExact(c)()
@@ -563,6 +567,18 @@ func (r *reader) comprehension(c celast.ComprehensionExpr, sc scope) value {
 	out := r.eval(c.Result(), inner)
 	if guards := filterGuards(c); guards != nil {
 		out = keptElements(out, elems, guards)
+	}
+	return out
+}
+
+// entryValues are the origins of the values of a map literal with
+// origins v (its keys are constants).
+func entryValues(v value) value {
+	var out value
+	for _, o := range v {
+		if o.wrapped() && !o.list() {
+			out = append(out, o.inner())
+		}
 	}
 	return out
 }
@@ -672,10 +688,13 @@ func (r *reader) result() *analysis.Result {
 	for _, p := range broadest(minimal(unconditional(r.printed))) {
 		// The printed value's own shape is the placeholder's business: it
 		// stands only for a string, and any other value stays in the key.
-		own := append(slices.Clone(p), analysis.Shape)
-		others := slices.DeleteFunc(slices.Clone(paths), func(q []*ast.Term) bool {
-			return slices.EqualFunc(analysis.Unconditioned(q), own, (*ast.Term).Equal)
-		})
+		// The selections that reach it read it (reads.go, selectField),
+		// under any condition and through any element filter.
+		own := anyElement(append(slices.Clone(p), analysis.Shape))
+		isOwn := func(q []*ast.Term) bool {
+			return slices.EqualFunc(anyElement(analysis.Unconditioned(q)), own, (*ast.Term).Equal)
+		}
+		others := slices.DeleteFunc(slices.Clone(paths), isOwn)
 		// A test of the value keyed on its answer (a membership's helper)
 		// is the placeholder's business too: the engine gives one only
 		// when the test answers alike for it.
@@ -685,6 +704,7 @@ func (r *reader) result() *analysis.Result {
 			paths = append(paths, p)
 			continue
 		}
+		paths = slices.DeleteFunc(paths, isOwn)
 		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true, Absent: r.absentIn(p), Helpers: helpers,
 			Distinct: r.joined[analysis.PathString(anyElement(p))]})
 	}

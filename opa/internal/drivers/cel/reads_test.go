@@ -38,9 +38,24 @@ func TestAnalyze(t *testing.T) {
 			Variables:   []gatekeeper.CELNamed{{Name: "ports", Expression: `variables.anyObject.spec.containers.map(c, c.ports)`}},
 			Validations: []gatekeeper.CELValidation{{Expression: `size(variables.ports) < variables.params.max`}},
 		},
-		// The mapped list is as long as the containers: their count.
+		// The mapped list is as long as the containers: their count; each
+		// c.ports fails where a container has none, so their shapes too.
 		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.containers.(shape)", ".review.object.spec.containers[_].(shape)",
-			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)", ".review.operation"},
+			".review.object.spec.containers[_].ports.(shape)",
+			".review.oldObject.(shape)", ".review.oldObject.spec.(shape)", ".review.oldObject.spec.containers.(shape)", ".review.oldObject.spec.containers[_].(shape)",
+			".review.oldObject.spec.containers[_].ports.(shape)", ".review.operation"},
+	}, {
+		// A map literal's entry fails where its value is missing, even
+		// when nothing selects it.
+		name:  "a map literal's entries are evaluated whether or not they are read",
+		src:   gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `size({"a": object.spec.priorityClassName}) == 1`}}},
+		reads: []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.priorityClassName.(shape)"},
+	}, {
+		// The second variable over a map is its value: the node name.
+		name:     "a two-variable comprehension over a map literal reads its values",
+		src:      gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: `{"node": object.spec.nodeName}.all(k, v, !v.startsWith("gpu-"))`}}},
+		reads:    []string{".review.object.(shape)", ".review.object.spec.(shape)", ".review.object.spec.nodeName"},
+		nodeName: true,
 	}, {
 		name: "a printed name is left out of the key",
 		src: gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{
