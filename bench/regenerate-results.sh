@@ -55,6 +55,7 @@ SCENARIOS=(
 	"throughput-churn|the realistic mix through kube-scheduler under 20 Node status updates a second, names and full Nodes; under 100 a second, names"
 	"policy-latency|time from a policy change to the answers that use it: through the folder and through the API server"
 	"diff|the differential test against Gatekeeper's framework (library samples and mutated pods): comparisons and differences"
+	"generated|generated CEL templates and pods judged by Gatekeeper's CEL driver and the engine with and without memo: comparisons, forms, differences"
 )
 
 die() { echo "regenerate-results: $*" >&2; exit 2; }
@@ -224,6 +225,10 @@ scenario_diff() {
 	run bench go test -count=1 -v $DIFF_SHORT ./diff/
 }
 
+scenario_generated() {
+	run bench go test -count=1 -timeout 0 -v -run TestGeneratedCEL ./diff/ -args -gen-rounds "$GEN_ROUNDS"
+}
+
 # main runs the scenarios. bash reads a function whole before it runs it,
 # so an edit of this file during a run does not change the run.
 main() {
@@ -287,11 +292,11 @@ main() {
 	if [ $quick = 1 ]; then
 		LG_DUR=1s LG_RUNS=1 CHURN_DUR=1s MEMO_DUR=2s FP_NODES="1000" FP_REQS=100 GK_NODES="1000"
 		E2E_NODES=200 E2E_PODS=300 E2E_FULL=20 E2E_ROUNDS=1 EX_ROUNDS=1 CFP_NODES=500 CFP_UPDATES=1
-		BENCH_COUNT=1 PEER_BENCHTIME=1x PERF_BENCHTIME=100x ONEOFF_N=10x LAT_N=3x DIFF_SHORT=-short
+		BENCH_COUNT=1 PEER_BENCHTIME=1x PERF_BENCHTIME=100x ONEOFF_N=10x LAT_N=3x DIFF_SHORT=-short GEN_ROUNDS=2
 	else
 		LG_DUR=10s LG_RUNS=3 CHURN_DUR=10s MEMO_DUR=60s FP_NODES="1000 5000 10000" FP_REQS=2000 GK_NODES="1000 5000 10000"
 		E2E_NODES=1000 E2E_PODS=2000 E2E_FULL=200 E2E_ROUNDS=3 EX_ROUNDS=5 CFP_NODES=5000 CFP_UPDATES=3
-		BENCH_COUNT=3 PEER_BENCHTIME=3s PERF_BENCHTIME=1s ONEOFF_N=100x LAT_N=10x DIFF_SHORT=
+		BENCH_COUNT=3 PEER_BENCHTIME=3s PERF_BENCHTIME=1s ONEOFF_N=100x LAT_N=10x DIFF_SHORT= GEN_ROUNDS=72
 	fi
 
 	start=$SECONDS

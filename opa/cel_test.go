@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
@@ -417,4 +418,101 @@ func TestCELJoinedNames(t *testing.T) {
 	if slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "runs privileged under its name") }) {
 		t.Errorf("the second container's pair stands for the first under their one name, yet: %q", lines)
 	}
+}
+
+// TestCELGeneratedRegressions are the differences from Gatekeeper that
+// generated templates found (bench/diff TestGeneratedCEL), each shrunk to
+// a template and the pods that show it, judged in order by an engine with
+// the memo and one without; want is Gatekeeper's answer for the last pod.
+func TestCELGeneratedRegressions(t *testing.T) {
+	withPorts := func(p map[string]any) {
+		spec(p)["containers"] = []any{map[string]any{"name": "app", "image": "x", "ports": []any{map[string]any{"containerPort": int64(80)}}}}
+	}
+	tests := []struct {
+		name string
+		// variables and validations of the template's source (YAML).
+		source string
+		pods   []map[string]any
+		want   []string
+	}{{
+		// The mapped values' keys were dropped from the read set: the pod
+		// without ports shared the key of the pod with them.
+		name: "a mapped list only counted",
+		source: `variables: [{name: ports, expression: "variables.anyObject.spec.containers.map(c, c.ports)"}]
+validations: [{expression: "size(variables.ports) < 3"}]`,
+		pods: []map[string]any{pod("default", "a", withPorts), pod("default", "b")},
+		want: []string{
+			`cpu-0 expression 'size(variables.ports) < 3' resulted in error: composited variable "ports" fails to evaluate: no such key: ports`,
+			`gpu-0 expression 'size(variables.ports) < 3' resulted in error: composited variable "ports" fails to evaluate: no such key: ports`,
+		},
+	}, {
+		// The second variable over a map literal was bound to nothing: the
+		// node name unread, the template judged once per pod class.
+		name:   "the node name in a map literal iterated with two variables",
+		source: `validations: [{expression: '{"node": object.spec.nodeName}.all(k, v, !v.startsWith("gpu-"))'}]`,
+		pods:   []map[string]any{pod("default", "a")},
+		want:   []string{`gpu-0 failed expression: {"node": object.spec.nodeName}.all(k, v, !v.startsWith("gpu-"))`},
+	}, {
+		// A Namespace not in the inventory: Gatekeeper's validator gets
+		// none; the engine handed it an empty one.
+		name:   "namespaceObject of a namespace not synced",
+		source: `validations: [{expression: 'namespaceObject.metadata.name != "x"'}]`,
+		pods:   []map[string]any{pod("unsynced", "a")},
+		want: []string{
+			`cpu-0 expression 'namespaceObject.metadata.name != "x"' resulted in error: no such key: metadata`,
+			`gpu-0 expression 'namespaceObject.metadata.name != "x"' resulted in error: no such key: metadata`,
+		},
+	}, {
+		// Every placement review has a spec (the candidate's name is in
+		// it); the pod judged once per class had none.
+		name:   "a pod without a spec",
+		source: `validations: [{expression: '!has(object.spec.priorityClassName)'}]`,
+		pods:   []map[string]any{{"metadata": map[string]any{"name": "a", "namespace": "default"}}},
+	}}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kind := fmt.Sprintf("K8sGenRegression%d", i)
+			objs := []*unstructured.Unstructured{celTemplate(t, kind, tc.source), {Object: map[string]any{
+				"apiVersion": "constraints.gatekeeper.sh/v1beta1", "kind": kind, "metadata": map[string]any{"name": "c"},
+			}}}
+			nodes := []opa.Candidate{{Name: "cpu-0"}, {Name: "gpu-0"}}
+			memo, exact := newEngine(t, opa.Options{}), newEngine(t, opa.Options{DisableMemo: true})
+			for _, e := range []*opa.Engine{memo, exact} {
+				apply(t, e, objs...)
+				apply(t, e, node("cpu-0", nil), node("gpu-0", nil))
+			}
+			var got []string
+			for _, p := range tc.pods {
+				got = sameAsWithoutMemo(t, memo, exact, p, nodes)
+			}
+			var short []string
+			for _, line := range got {
+				f := strings.SplitN(line, " ", 3) // node, constraint, message and details
+				short = append(short, f[0]+" "+strings.TrimSuffix(f[2], " "))
+			}
+			if !slices.Equal(short, tc.want) {
+				t.Errorf("violations:\n got  %q\n want %q", short, tc.want)
+			}
+		})
+	}
+}
+
+// celTemplate is a CEL ConstraintTemplate of kind with source (YAML).
+func celTemplate(t *testing.T, kind, source string) *unstructured.Unstructured {
+	t.Helper()
+	var src map[string]any
+	if err := yaml.Unmarshal([]byte(source), &src); err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "templates.gatekeeper.sh/v1", "kind": "ConstraintTemplate",
+		"metadata": map[string]any{"name": strings.ToLower(kind)},
+		"spec": map[string]any{
+			"crd": map[string]any{"spec": map[string]any{"names": map[string]any{"kind": kind}}},
+			"targets": []any{map[string]any{
+				"target": "admission.k8s.gatekeeper.sh",
+				"code":   []any{map[string]any{"engine": "K8sNativeValidation", "source": src}},
+			}},
+		},
+	}}
 }

@@ -121,11 +121,19 @@ var (
 	termGenerateName = ast.StringTerm("generateName")
 	termLabels       = ast.StringTerm("labels")
 	termAnnotations  = ast.StringTerm("annotations")
+	termSpec         = ast.StringTerm("spec")
 )
 
 // newPod reads the metadata of obj; strict makes a field of the wrong
 // type an error, else it is skipped.
 func newPod(obj ast.Object, strict bool) (*Pod, error) {
+	// Every review of a placement has a spec, the candidate's name in it
+	// (gatekeeper.WithNodeName): a pod judged once for all candidates
+	// must see one too, or has(object.spec.x) would fail where a review
+	// with the name set does not.
+	if t := obj.Get(termSpec); t == nil || !isObject(t) {
+		obj = gatekeeper.ReplaceKey(obj, termSpec, ast.NewTerm(ast.NewObject()))
+	}
 	if obj.Get(termAPIVersion) == nil || obj.Get(termKind) == nil {
 		// A new top level sharing every value (the scheduler's pods carry
 		// no TypeMeta, so this is the common case): Copy would copy the
@@ -166,6 +174,11 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 	}
 	p.workload, p.nsLast = workloadNames(p.namespace, generateName)
 	return p, nil
+}
+
+func isObject(t *ast.Term) bool {
+	_, ok := t.Value.(ast.Object)
+	return ok
 }
 
 // keep drops a field error unless strict.

@@ -276,12 +276,17 @@ func toGo(v ast.Value) (any, error) {
 }
 
 // namespaceOf is the review's namespaceObject as the typed Namespace
-// Gatekeeper hands the validator (nil when null).
+// Gatekeeper hands the validator: nil when null, and nil when empty (the
+// engine's review of a pod whose Namespace is not synced, where
+// Gatekeeper's validator gets none).
 func namespaceOf(t *ast.Term) (*corev1.Namespace, error) {
 	if t == nil {
 		return nil, nil
 	}
 	if _, null := t.Value.(ast.Null); null {
+		return nil, nil
+	}
+	if obj, ok := t.Value.(ast.Object); ok && obj.Len() == 0 {
 		return nil, nil
 	}
 	v, err := toGo(t.Value)

@@ -1,0 +1,536 @@
+package diff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/gen"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/peer"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
+)
+
+var (
+	genTemplates = flag.Int("gen-templates", 120, "generated templates per round (TestGeneratedCEL)")
+	genPods      = flag.Int("gen-pods", 40, "generated pods per round, each judged on 3 candidate nodes")
+	genRounds    = flag.Int("gen-rounds", 1, "rounds, each with its own seed")
+	genSeed      = flag.Uint64("gen-seed", 1, "the first round's seed")
+	genReport    = flag.String("gen-report", "", "write the run's summary here (JSON)")
+	genShrinkDir = flag.String("gen-shrunk", "", "write each difference, shrunk, here as a YAML case (default: the test log only)")
+)
+
+// genCandidates is how many candidate nodes each generated pod is judged on.
+const genCandidates = 3
+
+// genSummary is what a run of TestGeneratedCEL publishes.
+type genSummary struct {
+	Seed        uint64         `json:"seed"`
+	Rounds      int            `json:"rounds"`
+	Templates   int            `json:"templates"`
+	Refused     int            `json:"templatesRefusedByBoth"`
+	Reviews     int            `json:"reviews"`
+	Comparisons int            `json:"comparisons"`
+	Violations  int            `json:"violations"`
+	// Errors are the violations that carry an evaluation error; Deciding
+	// are the templates that allow some reviews and deny others, and
+	// PerNode those that deny a pod on some of its candidates only.
+	Errors      int            `json:"errors"`
+	Deciding    int            `json:"deciding"`
+	PerNode     int            `json:"perNode"`
+	Differences int            `json:"differences"`
+	Intended    map[string]int `json:"intendedDifferences"`
+	Forms       map[string]int `json:"forms"`
+}
+
+// TestGeneratedCEL judges generated CEL templates (bench/gen) on generated
+// pods and candidate nodes with Gatekeeper's CEL driver (bench/celpeer) and
+// three engines: two with the memo (one asked with every candidate at
+// once, pods in order; one asked a candidate at a time, pods in reverse)
+// and one without. Violations, messages and errors must be identical. A
+// difference is shrunk (gen's Simpler steps on the template and the pods)
+// and reported as a minimal case. A comparison is one (template, pod,
+// node); Forms counts, per expression form, the comparisons of templates
+// that use it. Run longer with
+//
+//	cd bench && go test -run TestGeneratedCEL -timeout 0 ./diff/ -args -gen-rounds 80 -gen-report R.json
+func TestGeneratedCEL(t *testing.T) {
+	bin := buildCELPeer(t)
+	sum := genSummary{Seed: *genSeed, Rounds: *genRounds, Forms: map[string]int{}, Intended: map[string]int{}}
+	start := time.Now()
+	for round := range *genRounds {
+		seed := *genSeed + uint64(round)
+		g, objs := gen.NewCEL(seed), gen.NewObjects(seed)
+		var tmpls []*gen.Template
+		for i := range *genTemplates {
+			tmpls = append(tmpls, g.Template(i))
+		}
+		var pods []genPod
+		for i := range *genPods {
+			pods = append(pods, genPod{obj: objs.Pod(i), nodes: objs.Candidates(genCandidates)})
+		}
+		res := judge(t, bin, tmpls, pods)
+		sum.Templates += len(tmpls)
+		sum.Refused += len(res.refused)
+		sum.Reviews += len(pods) * genCandidates
+		sum.Comparisons += res.comparisons
+		sum.Violations += res.violations
+		sum.Errors += res.errors
+		sum.Deciding += res.deciding
+		sum.PerNode += res.perNode
+		for k, n := range res.intended {
+			sum.Intended[k] += n
+		}
+		for _, tm := range tmpls {
+			if res.refused[tm.Kind] {
+				continue
+			}
+			forms := map[string]int{}
+			tm.Forms(forms)
+			for f := range forms {
+				sum.Forms[f] += len(pods) * genCandidates
+			}
+		}
+		kinds := mapKeys(res.diffs)
+		sort.Strings(kinds)
+		sum.Differences += len(kinds)
+		for i, kind := range kinds {
+			t.Errorf("seed %d, %s: %s", seed, kind, res.diffs[kind])
+			if i < 3 {
+				shrinkAndReport(t, bin, tmplByKind(tmpls, kind), pods)
+			}
+		}
+	}
+	if sum.Refused*5 > sum.Templates {
+		t.Errorf("%d of %d generated templates refused: the generator should write templates that compile", sum.Refused, sum.Templates)
+	}
+	var forms []string
+	for f, n := range sum.Forms {
+		forms = append(forms, fmt.Sprintf("%s=%d", f, n))
+	}
+	sort.Strings(forms)
+	t.Logf("%d rounds: %d templates (%d refused by both; %d both allow and deny, %d deny a pod on some candidates only), %d reviews, %d (template, pod, node) comparisons per engine, %d violations from Gatekeeper (%d evaluation errors), %d differences (intended, per engine answer: %v), in %v",
+		sum.Rounds, sum.Templates, sum.Refused, sum.Deciding, sum.PerNode, sum.Reviews, sum.Comparisons, sum.Violations, sum.Errors, sum.Differences, sum.Intended, time.Since(start).Round(time.Second))
+	t.Logf("comparisons per form: %s", strings.Join(forms, " "))
+	if *genReport != "" {
+		raw, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.WriteFile(*genReport, append(raw, '\n'), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func mapKeys[K comparable, V any](m map[K]V) []K {
+	var out []K
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func tmplByKind(ts []*gen.Template, kind string) *gen.Template {
+	for _, t := range ts {
+		if t.Kind == kind {
+			return t
+		}
+	}
+	return nil
+}
+
+// genPod is a generated pod and its candidate nodes.
+type genPod struct {
+	obj   map[string]any
+	nodes []string
+}
+
+// judgement is what judge found: templates both sides refused, the first
+// difference per constraint kind, and the counts.
+type judgement struct {
+	refused     map[string]bool
+	diffs       map[string]string
+	comparisons int
+	violations  int
+	errors      int
+	deciding    int
+	perNode     int
+	// intended counts the engine's texts read as an intended difference.
+	intended map[string]int
+}
+
+// genEngines are the ways the engine is asked, each its own engine so that
+// each fills its memo in its own order.
+var genEngines = []struct {
+	name    string
+	opts    opa.Options
+	reverse bool // pods in reverse order
+	single  bool // one candidate per request
+}{
+	{name: "memo", opts: opa.Options{}},
+	{name: "memo-reverse-single", opts: opa.Options{}, reverse: true, single: true},
+	{name: "no-memo", opts: opa.Options{DisableMemo: true}},
+}
+
+// judge runs tmpls on pods with celpeer and the engines and compares.
+func judge(t *testing.T, bin string, tmpls []*gen.Template, pods []genPod) judgement {
+	t.Helper()
+	ctx := context.Background()
+	j := judgement{refused: map[string]bool{}, diffs: map[string]string{}, intended: map[string]int{}}
+	var templates, constraints, inv []*unstructured.Unstructured
+	for _, tm := range tmpls {
+		te, ce := tm.Objects()
+		templates = append(templates, &unstructured.Unstructured{Object: te})
+		constraints = append(constraints, &unstructured.Unstructured{Object: ce})
+	}
+	nsObj := map[string]map[string]any{}
+	for _, ns := range gen.NamespaceObjects() {
+		u := &unstructured.Unstructured{Object: ns}
+		inv = append(inv, u)
+		nsObj[u.GetName()] = ns
+	}
+	for _, n := range gen.NodeObjects() {
+		inv = append(inv, &unstructured.Unstructured{Object: n})
+	}
+	in := &celCorpus{}
+	for _, u := range templates {
+		in.Templates = append(in.Templates, u.Object)
+	}
+	for _, u := range constraints {
+		in.Constraints = append(in.Constraints, u.Object)
+	}
+	for _, u := range inv {
+		in.Data = append(in.Data, u.Object)
+	}
+	for i, p := range pods {
+		ns, _, _ := unstructured.NestedString(p.obj, "metadata", "namespace")
+		for _, nn := range p.nodes {
+			obj := deepCopy(p.obj).(map[string]any)
+			spec(obj)["nodeName"] = nn
+			in.Reviews = append(in.Reviews, celReview{ID: fmt.Sprintf("%d/%s", i, nn), Object: obj, Namespace: nsObj[ns], Operation: "CREATE", UserInfo: userInfo})
+		}
+	}
+	out := runCELPeer(t, bin, nil, in)
+	if len(out.DataErrors) > 0 {
+		t.Fatalf("celpeer refused inventory objects: %v", out.DataErrors)
+	}
+
+	engines := make([]*opa.Engine, len(genEngines))
+	for i, ge := range genEngines {
+		e, err := opa.New(ctx, ge.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		engines[i] = e
+	}
+	tmplErr := applyAll(ctx, engines, templates)
+	for _, u := range templates {
+		kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind")
+		pe, ee := out.TemplateErrors["ConstraintTemplate/"+u.GetName()], tmplErr["ConstraintTemplate/"+u.GetName()]
+		switch {
+		case pe != "" && ee != nil:
+			j.refused[kind] = true
+		case pe != "" || ee != nil:
+			j.diffs[kind] = fmt.Sprintf("template: Gatekeeper error %q, engine error %v", pe, ee)
+		}
+	}
+	var accepted []*unstructured.Unstructured
+	for _, u := range constraints {
+		if !j.refused[u.GetKind()] {
+			accepted = append(accepted, u)
+		}
+	}
+	consErr := applyAll(ctx, engines, accepted)
+	for _, u := range accepted {
+		k := u.GetKind() + "/" + u.GetName()
+		if pe, ee := out.ConstraintErrors[k], consErr[k]; (pe == "") != (ee == nil) {
+			j.diffs[u.GetKind()] = fmt.Sprintf("constraint: Gatekeeper error %q, engine error %v", pe, ee)
+		}
+	}
+	if errs := applyAll(ctx, engines, inv); len(errs) > 0 {
+		t.Fatalf("engine inventory: %v", errs)
+	}
+
+	// Gatekeeper's answers, then each engine's in its own order.
+	mapOrder, typedNS := map[string]bool{}, map[string]bool{}
+	for _, tm := range tmpls {
+		mapOrder[tm.Kind] = tm.IteratesMap()
+		typedNS[tm.Kind] = tm.LooksUpNamespaceMap()
+	}
+	peerOut := make([][]nodeOutcome, len(pods))
+	ri := 0
+	for i, p := range pods {
+		for range p.nodes {
+			rv := out.Reviews[ri]
+			ri++
+			var res []peer.Result
+			for _, r := range rv.Results {
+				res = append(res, peer.Result{ConstraintKind: r.Kind, ConstraintName: r.Name, Msg: r.Msg, EnforcementAction: r.EnforcementAction})
+			}
+			var err error
+			if rv.Error != "" {
+				err = fmt.Errorf("%s", rv.Error)
+			}
+			peerOut[i] = append(peerOut[i], peerOutcome(res, err))
+			j.violations += len(res)
+			for _, r := range res {
+				if strings.Contains(r.Msg, "resulted in error") {
+					j.errors++
+				}
+			}
+		}
+	}
+	j.deciding, j.perNode = coverage(peerOut)
+	engOut := make([][][]nodeOutcome, len(genEngines))
+	for ei, ge := range genEngines {
+		engOut[ei] = make([][]nodeOutcome, len(pods))
+		order := make([]int, len(pods))
+		for i := range order {
+			order[i] = i
+			if ge.reverse {
+				order[i] = len(pods) - 1 - i
+			}
+		}
+		for _, i := range order {
+			engOut[ei][i] = askEngine(ctx, engines[ei], pods[i], ge.single)
+		}
+	}
+	kindsAccepted := len(templates) - len(j.refused)
+	for i, p := range pods {
+		for n, nn := range p.nodes {
+			j.comparisons += kindsAccepted
+			po := peerOut[i][n]
+			if po.err != nil {
+				for _, u := range accepted {
+					j.diffs[u.GetKind()] = fmt.Sprintf("pod %d on %s: Gatekeeper's review failed: %v", i, nn, po.err)
+				}
+				continue
+			}
+			for ei, ge := range genEngines {
+				eo := engOut[ei][i][n]
+				onlyPeer, onlyEng := multisetDiff(po.keys, eo.keys)
+				if len(onlyPeer)+len(onlyEng) > 0 {
+					if why := intendedDifference(po.keys, eo.keys, mapOrder); why != "" {
+						j.intended[why]++
+						continue
+					}
+					if typedNS[kindsOf(onlyPeer, onlyEng)] {
+						j.intended[diffCELTypedNamespace]++
+						continue
+					}
+				}
+				for _, k := range append(onlyPeer, onlyEng...) {
+					if _, seen := j.diffs[k.Kind]; !seen {
+						j.diffs[k.Kind] = fmt.Sprintf("%s, pod %d %s on %s:\n  Gatekeeper: %v\n  engine:     %v", ge.name, i, podJSON(p.obj), nn, keysOf(po.keys, k.Kind), keysOf(eo.keys, k.Kind))
+					}
+				}
+			}
+		}
+	}
+	return j
+}
+
+// askEngine is e's outcome for p on each of its candidates.
+func askEngine(ctx context.Context, e *opa.Engine, p genPod, single bool) []nodeOutcome {
+	reqs := [][]string{p.nodes}
+	if single {
+		reqs = nil
+		for _, nn := range p.nodes {
+			reqs = append(reqs, []string{nn})
+		}
+	}
+	var out []nodeOutcome
+	for _, nodes := range reqs {
+		req := opa.PlacementRequest{Pod: p.obj}
+		for _, nn := range nodes {
+			req.Candidates = append(req.Candidates, opa.Candidate{Name: nn})
+		}
+		m, err := evaluate(ctx, e, req)
+		for _, nn := range nodes {
+			if err != nil {
+				out = append(out, nodeOutcome{keys: []violationKey{{Kind: "*", Msg: "engine: " + err.Error()}}})
+				continue
+			}
+			o, _, oerr := engineOutcome(m[nn], nil)
+			if oerr != nil {
+				o.keys = append(o.keys, violationKey{Kind: "*", Msg: "engine details: " + oerr.Error()})
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// intendedDifference is the intended difference that peer's and the
+// engine's keys differ by alone, or "": they agree once the texts are
+// read as diffCELNullQualifier says, and then also as diffCELMapOrder
+// says for the kinds in mapOrder (templates that iterate a map).
+func intendedDifference(peer, engine []violationKey, mapOrder map[string]bool) string {
+	for _, step := range []struct {
+		why      string
+		mapOrder bool
+	}{{diffCELNullQualifier, false}, {diffCELMapOrder, true}} {
+		p, e := normalized(peer, mapOrder, step.mapOrder), normalized(engine, mapOrder, step.mapOrder)
+		if a, b := multisetDiff(p, e); len(a)+len(b) == 0 {
+			return step.why
+		}
+	}
+	return ""
+}
+
+// kindsOf is the one constraint kind of the keys in a and b, or "" when
+// they have several.
+func kindsOf(a, b []violationKey) string {
+	kind := ""
+	for _, k := range append(slices.Clone(a), b...) {
+		if kind != "" && k.Kind != kind {
+			return ""
+		}
+		kind = k.Kind
+	}
+	return kind
+}
+
+// normalized is keys with their texts read as the intended differences
+// say (diffCELNullQualifier; diffCELMapOrder too when mapOrder is true,
+// for the kinds in kinds).
+func normalized(keys []violationKey, kinds map[string]bool, mapOrder bool) []violationKey {
+	out := slices.Clone(keys)
+	for i := range out {
+		out[i].Msg, _ = celGoVersionText(out[i].Msg)
+		if mapOrder && kinds[out[i].Kind] {
+			out[i].Msg, _ = mapOrderText(out[i].Msg)
+		}
+	}
+	sortKeys(out)
+	return out
+}
+
+// coverage counts the constraint kinds that both allow and deny among
+// the reviews, and those that deny a pod on some of its candidates only.
+func coverage(peerOut [][]nodeOutcome) (deciding, perNode int) {
+	denied := map[string]int{}
+	split := map[string]bool{}
+	reviews := 0
+	for _, po := range peerOut {
+		perPod := map[string]int{}
+		for _, o := range po {
+			reviews++
+			seen := map[string]bool{}
+			for _, k := range o.keys {
+				if !seen[k.Kind] {
+					seen[k.Kind] = true
+					denied[k.Kind]++
+					perPod[k.Kind]++
+				}
+			}
+		}
+		for k, n := range perPod {
+			if n < len(po) {
+				split[k] = true
+			}
+		}
+	}
+	for _, n := range denied {
+		if n < reviews {
+			deciding++
+		}
+	}
+	return deciding, len(split)
+}
+
+func keysOf(ks []violationKey, kind string) []string {
+	var out []string
+	for _, k := range ks {
+		if k.Kind == kind || k.Kind == "*" {
+			out = append(out, fmt.Sprintf("%q", k.Msg))
+		}
+	}
+	return out
+}
+
+func podJSON(p map[string]any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(p)
+	return strings.TrimSpace(b.String())
+}
+
+// maxShrinkSteps bounds the checks one shrink makes (each runs celpeer).
+const maxShrinkSteps = 150
+
+// shrinkAndReport shrinks a template that differs on pods (the template
+// one step simpler, then fewer pods, then pods one field smaller, while
+// the difference stays) and logs the minimal case; with -gen-shrunk it
+// also writes it as YAML.
+func shrinkAndReport(t *testing.T, bin string, tm *gen.Template, pods []genPod) {
+	t.Helper()
+	steps := 0
+	differs := func(tm *gen.Template, pods []genPod) (string, bool) {
+		steps++
+		j := judge(t, bin, []*gen.Template{tm}, pods)
+		d, ok := j.diffs[tm.Kind]
+		return d, ok
+	}
+	last, _ := differs(tm, pods)
+	for changed := true; changed && steps < maxShrinkSteps; {
+		changed = false
+		for _, s := range tm.Simpler() {
+			if steps >= maxShrinkSteps {
+				break
+			}
+			if d, ok := differs(s, pods); ok {
+				tm, last, changed = s, d, true
+				break
+			}
+		}
+		for i := 0; i < len(pods) && len(pods) > 1 && steps < maxShrinkSteps; i++ {
+			fewer := append(slices.Clone(pods[:i]), pods[i+1:]...)
+			if d, ok := differs(tm, fewer); ok {
+				pods, last, changed = fewer, d, true
+				i--
+			}
+		}
+		for i := range pods {
+			for _, sp := range gen.Simpler(pods[i].obj) {
+				if steps >= maxShrinkSteps {
+					break
+				}
+				smaller := slices.Clone(pods)
+				smaller[i] = genPod{obj: sp, nodes: pods[i].nodes}
+				if d, ok := differs(tm, smaller); ok {
+					pods, last, changed = smaller, d, true
+					break
+				}
+			}
+		}
+	}
+	te, ce := tm.Objects()
+	var b strings.Builder
+	for _, o := range []map[string]any{te, ce} {
+		y, _ := yaml.Marshal(o)
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	for _, p := range pods {
+		y, _ := yaml.Marshal(map[string]any{"pod": p.obj, "candidates": p.nodes})
+		b.WriteString("--- # review, in this order\n")
+		b.Write(y)
+	}
+	t.Logf("shrunk in %d steps (%d expression nodes); difference: %s\n%s", steps, tm.Size(), last, b.String())
+	if *genShrinkDir != "" {
+		if err := os.WriteFile(fmt.Sprintf("%s/%s.yaml", *genShrinkDir, strings.ToLower(tm.Kind)), []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
