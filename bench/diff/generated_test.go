@@ -35,13 +35,13 @@ const genCandidates = 3
 
 // genSummary is what a run of TestGeneratedCEL publishes.
 type genSummary struct {
-	Seed        uint64         `json:"seed"`
-	Rounds      int            `json:"rounds"`
-	Templates   int            `json:"templates"`
-	Refused     int            `json:"templatesRefusedByBoth"`
-	Reviews     int            `json:"reviews"`
-	Comparisons int            `json:"comparisons"`
-	Violations  int            `json:"violations"`
+	Seed        uint64 `json:"seed"`
+	Rounds      int    `json:"rounds"`
+	Templates   int    `json:"templates"`
+	Refused     int    `json:"templatesRefusedByBoth"`
+	Reviews     int    `json:"reviews"`
+	Comparisons int    `json:"comparisons"`
+	Violations  int    `json:"violations"`
 	// Errors are the violations that carry an evaluation error; Deciding
 	// are the templates that allow some reviews and deny others, and
 	// PerNode those that deny a pod on some of its candidates only.
