@@ -191,11 +191,16 @@ func judge(t *testing.T, bin string, tmpls []*gen.Template, pods []genPod) judge
 		templates = append(templates, &unstructured.Unstructured{Object: te})
 		constraints = append(constraints, &unstructured.Unstructured{Object: ce})
 	}
+	// A Namespace Gatekeeper's cache refuses is not the namespaceObject
+	// of its pods' reviews either: they are reviewed as in a namespace
+	// not synced.
 	nsObj := map[string]map[string]any{}
 	for _, ns := range gen.NamespaceObjects() {
 		u := &unstructured.Unstructured{Object: ns}
 		inv = append(inv, u)
-		nsObj[u.GetName()] = ns
+		if !gen.Malformed(ns) {
+			nsObj[u.GetName()] = ns
+		}
 	}
 	for _, n := range gen.NodeObjects() {
 		inv = append(inv, &unstructured.Unstructured{Object: n})
@@ -219,9 +224,6 @@ func judge(t *testing.T, bin string, tmpls []*gen.Template, pods []genPod) judge
 		}
 	}
 	out := runCELPeer(t, bin, nil, in)
-	if len(out.DataErrors) > 0 {
-		t.Fatalf("celpeer refused inventory objects: %v", out.DataErrors)
-	}
 
 	engines := make([]*opa.Engine, len(genEngines))
 	for i, ge := range genEngines {
@@ -256,8 +258,14 @@ func judge(t *testing.T, bin string, tmpls []*gen.Template, pods []genPod) judge
 			j.diffs[u.GetKind()] = fmt.Sprintf("constraint: Gatekeeper error %q, engine error %v", pe, ee)
 		}
 	}
-	if errs := applyAll(ctx, engines, inv); len(errs) > 0 {
-		t.Fatalf("engine inventory: %v", errs)
+	// Both refuse the same inventory objects (a Namespace with a label
+	// that is not a string).
+	invErr := applyAll(ctx, engines, inv)
+	for _, u := range inv {
+		k := u.GetKind() + "/" + u.GetName()
+		if pe, ee := out.DataErrors[k], invErr[k]; (pe == "") != (ee == nil) {
+			t.Fatalf("inventory %s: Gatekeeper error %q, engine error %v", k, pe, ee)
+		}
 	}
 
 	// Gatekeeper's answers, then each engine's in its own order.

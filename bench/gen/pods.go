@@ -20,15 +20,32 @@ func NewObjects(seed uint64) *Objects {
 }
 
 // Namespaces are the namespaces pods are put in; the last one is not in
-// the inventory (its review has no namespaceObject).
-var Namespaces = []string{"team-a", "team-b", "unsynced"}
+// the inventory (its review has no namespaceObject), and team-c's labels
+// are not all strings (CEL's namespaceObject cannot hold it).
+var Namespaces = []string{"team-a", "team-b", "team-c", "unsynced"}
 
 // NamespaceObjects are the synced namespaces as objects.
 func NamespaceObjects() []map[string]any {
 	return []map[string]any{
 		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-a", "labels": map[string]any{"team": "a", "tier": "gpu-"}}},
 		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-b"}},
+		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-c", "labels": map[string]any{"team": "c", "size": int64(3)}}},
 	}
+}
+
+// Malformed reports whether obj has a label or annotation that is not a
+// string: Gatekeeper's cache refuses such a Namespace.
+func Malformed(obj map[string]any) bool {
+	md, _ := obj["metadata"].(map[string]any)
+	for _, key := range []string{"labels", "annotations"} {
+		m, _ := md[key].(map[string]any)
+		for _, v := range m {
+			if _, ok := v.(string); !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // NodeNames are the candidate nodes: names that the generated prefixes

@@ -169,6 +169,11 @@ func (i *Inventory) write(ctx context.Context, txn storage.Transaction, ch polic
 		return -1, true, nil
 	}
 	content := WithoutManagedFields(ch.Object.Object)
+	if IsNamespace(ref) {
+		if err := CheckNamespace(content); err != nil {
+			return 0, false, err
+		}
+	}
 	var value ast.Value
 	if isNode {
 		value, err = i.keepNode(ref.Name, content, view, raw)

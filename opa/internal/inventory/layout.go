@@ -1,7 +1,11 @@
 package inventory
 
 import (
+	"fmt"
+
 	"github.com/open-policy-agent/opa/v1/storage"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/policy"
@@ -44,6 +48,21 @@ func Key(gvk schema.GroupVersionKind) string {
 // IsNode says whether ref names a Node.
 func IsNode(ref policy.ObjectRef) bool {
 	return ref.GroupVersionKind.Group == "" && ref.GroupVersionKind.Version == "v1" && ref.GroupVersionKind.Kind == "Node" && ref.Namespace == ""
+}
+
+// IsNamespace: ref is a core v1 Namespace.
+func IsNamespace(ref policy.ObjectRef) bool {
+	return ref.GroupVersionKind.Group == "" && ref.GroupVersionKind.Version == "v1" && ref.GroupVersionKind.Kind == "Namespace" && ref.Namespace == ""
+}
+
+// CheckNamespace refuses a Namespace that does not decode as one (a label
+// that is not a string), as Gatekeeper's cache refuses it: matching by
+// namespaceSelector and CEL's namespaceObject read it typed.
+func CheckNamespace(content map[string]any) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(content, &corev1.Namespace{}); err != nil {
+		return fmt.Errorf("not a Namespace: %w", err)
+	}
+	return nil
 }
 
 // WithoutManagedFields is content without metadata.managedFields, as a

@@ -99,10 +99,12 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 	}
 	validations := make([]plugincel.ExpressionAccessor, len(t.CEL.Validations))
 	messages := make([]plugincel.ExpressionAccessor, len(t.CEL.Validations))
+	hasMessages := false
 	for i, v := range t.CEL.Validations {
 		validations[i] = &validation{expression: v.Expression, message: v.Message}
 		if v.MessageExpression != "" {
 			messages[i] = &messageExpression{expression: v.MessageExpression}
+			hasMessages = true
 		}
 	}
 	p := &Program{
@@ -112,6 +114,7 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 		matcher:     matchconditions.NewMatcher(compiler.CompileCondition(matches, decls, environment.StoredExpressions), &policy, "validatingadmissionpolicy", "vap-matcher", t.Name),
 		validations: compiler.CompileCondition(validations, decls, environment.StoredExpressions),
 		messages:    compiler.CompileCondition(messages, decls, environment.StoredExpressions),
+		hasMessages: hasMessages,
 	}
 	env, err := compiler.Env(environment.StoredExpressions)
 	if err != nil {

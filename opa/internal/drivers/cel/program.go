@@ -35,6 +35,8 @@ type Program struct {
 	matcher     matchconditions.Matcher
 	validations plugincel.ConditionEvaluator
 	messages    plugincel.ConditionEvaluator
+	// hasMessages: some validation has a messageExpression.
+	hasMessages bool
 	analysis    *analysis.Result
 	// members are the template's variables that are memberships
 	// (membership.go); helpers their tests, compiled alone (helper.go).
@@ -134,22 +136,12 @@ func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttribute
 	if err != nil {
 		return onError(err)
 	}
-	// Message expressions are evaluated only when some validation failed:
-	// most reviews fail none. The validator evaluates them for every
-	// review, and when they run out of the cost budget (or fail
-	// internally) it turns every validation that did not error into an
-	// error. So one case differs: a review that passes every validation
-	// but whose message expressions alone exceed the budget is admitted
-	// here and denied there.
-	failed := false
-	for _, r := range results {
-		if r.Error == nil && r.EvalResult != celtypes.True {
-			failed = true
-			break
-		}
-	}
+	// Message expressions are evaluated for every review, as the
+	// validator does: when they run out of the cost budget (or fail
+	// internally), every validation that did not error becomes an error,
+	// even on a review that passes them all.
 	var messages []plugincel.EvaluationResult
-	if failed {
+	if p.hasMessages {
 		messages, _, err = p.messages.ForInput(ctx, attr, request, vars, namespace, remaining)
 	}
 	var out []denial

@@ -278,7 +278,9 @@ func toGo(v ast.Value) (any, error) {
 // namespaceOf is the review's namespaceObject as the typed Namespace
 // Gatekeeper hands the validator: nil when null, and nil when empty (the
 // engine's review of a pod whose Namespace is not synced, where
-// Gatekeeper's validator gets none).
+// Gatekeeper's validator gets none). A Namespace that does not convert (a
+// label that is not a string) is nil too: Gatekeeper's k8scel driver logs
+// the error and goes on without one.
 func namespaceOf(t *ast.Term) (*corev1.Namespace, error) {
 	if t == nil {
 		return nil, nil
@@ -299,7 +301,7 @@ func namespaceOf(t *ast.Term) (*corev1.Namespace, error) {
 	}
 	ns := &corev1.Namespace{}
 	if err := json.Unmarshal(b, ns); err != nil {
-		return nil, err
+		return nil, nil
 	}
 	return ns, nil
 }
