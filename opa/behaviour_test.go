@@ -556,3 +556,22 @@ func TestNamespaceLabelsFollowTheInventory(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceThatIsNotOneIsRefused: a Namespace whose labels are not all
+// strings does not decode as a Namespace; Gatekeeper's cache refuses it,
+// and so does the engine, keeping the Namespace it held.
+func TestNamespaceThatIsNotOneIsRefused(t *testing.T) {
+	e := newEngine(t, opa.Options{})
+	apply(t, e, namespace("team-a", map[string]string{"team": "a"}))
+	bad := namespace("team-a", nil)
+	bad.Object["metadata"].(map[string]any)["labels"] = map[string]any{"team": int64(7)}
+	errs := e.Apply(context.Background(), []opa.Change{{Object: bad}})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "Namespace") || !strings.Contains(errs[0].Error(), "team-a") {
+		t.Fatalf("errors = %v, want the Namespace team-a refused", errs)
+	}
+	t.Log(errs[0])
+	st := e.Status()
+	if st.Inventory["v1/Namespace"] != 1 {
+		t.Errorf("inventory = %v, want the Namespace held before", st.Inventory)
+	}
+}
