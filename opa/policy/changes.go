@@ -34,7 +34,11 @@ func (e *ApplyError) Error() string {
 	if e.Ref.Namespace != "" {
 		name = e.Ref.Namespace + "/" + name
 	}
-	return gvk.Kind + "." + gvk.Group + " " + name + ": " + e.Err.Error()
+	kind := gvk.Kind
+	if gvk.Group != "" {
+		kind += "." + gvk.Group
+	}
+	return kind + " " + name + ": " + e.Err.Error()
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }

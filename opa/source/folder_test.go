@@ -191,7 +191,7 @@ func testDirNamesRefusedObjects(t *testing.T) {
 		"3 policy folder objects refused",
 		path + ": document 1, item 2: apiVersion and kind are required",
 		path + ": document 1, item 3 (Node): metadata.name is required",
-		"Node. bad-node: refused by the fake",
+		"Node bad-node: refused by the fake",
 	} {
 		if !ok || !strings.Contains(note, want) {
 			t.Errorf("Ready() = %v, %q: no %q", ok, note, want)
