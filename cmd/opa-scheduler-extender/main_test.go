@@ -74,6 +74,17 @@ func TestTestCommand(t *testing.T) {
 	if err := os.WriteFile(broken, []byte("apiVersion: templates.gatekeeper.sh/v1\nkind: ConstraintTemplate\nmetadata: {name: k8sbroken}\nspec:\n  crd: {spec: {names: {kind: K8sBroken}}}\n  targets: [{target: admission.k8s.gatekeeper.sh, rego: 'package k8sbroken\n\n    violation[{\"msg\": m}] { m := nope(input) }'}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Three mistakes that once passed in silence: a constraint kind no
+	// template defines, a Node and a Pod in one YAML document, a --node
+	// that is not there.
+	typo := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(typo, []byte("apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: K8sTenantNodeIsolatio\nmetadata: {name: typo}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	merged := filepath.Join(t.TempDir(), "merged.yaml")
+	if err := os.WriteFile(merged, []byte("apiVersion: v1\nkind: Node\nmetadata: {name: extra}\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -81,6 +92,10 @@ func TestTestCommand(t *testing.T) {
 		stdout []string
 		stderr string
 	}{
+		{name: "a constraint of a kind no template defines", args: []string{"test", examples, pods, typo}, code: 2,
+			stderr: "constraint K8sTenantNodeIsolatio/typo is not in force: no ConstraintTemplate in force defines kind K8sTenantNodeIsolatio"},
+		{name: "two objects in one document", args: []string{"test", examples, pods, merged}, code: 2, stderr: "merged.yaml: document 1: a key twice in one mapping"},
+		{name: "a node that is not there", args: []string{"test", examples, pods, "--node", "ghost"}, code: 2, stderr: "--node ghost: no Node of that name"},
 		{name: "denied somewhere", args: []string{"test", examples, pods, "--node", "alpha-1", "--node", "beta-1"}, code: 1, stdout: []string{
 			"alpha/web-1    alpha-1  allowed  10",
 			"alpha/web-1    beta-1   denied   0      K8sTenantNodeIsolation/tenant-nodes  deny    this node is reserved for tenant <beta>, the pod belongs to tenant <alpha>",

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -28,7 +30,8 @@ Prints one row per (pod, node): the verdict (allowed, denied), the score
 prioritize would give, and each violated constraint with its action and
 message; -o json prints the same as JSON. Exits 1 when a pod is denied on
 some node, 2 when the input cannot be used (a template that does not
-compile, a constraint that is refused, no pod, no node).
+compile, a constraint that is refused or whose kind no template defines,
+an object that does not parse, no pod, no node, a --node not found).
 
 Flags:
 `
@@ -103,6 +106,11 @@ func judgeFiles(ctx context.Context, paths, only []string, eopts opa.Options) ([
 		}
 	}
 	if len(only) > 0 {
+		for _, n := range only {
+			if !slices.Contains(nodes, n) {
+				return nil, fmt.Errorf("--node %s: no Node of that name in %s", n, strings.Join(paths, ", "))
+			}
+		}
 		nodes = only
 	}
 	if len(pods) == 0 || len(nodes) == 0 {
@@ -120,6 +128,9 @@ func judgeFiles(ctx context.Context, paths, only []string, eopts opa.Options) ([
 	if errs := e.Apply(ctx, changes); len(errs) > 0 {
 		return nil, fmt.Errorf("%d objects refused, first: %v", len(errs), errs[0])
 	}
+	if err := allInForce(e); err != nil {
+		return nil, err
+	}
 	var rows []testRow
 	for _, pod := range pods {
 		r, err := judge(ctx, e, pod.Object, nodes)
@@ -129,6 +140,27 @@ func judgeFiles(ctx context.Context, paths, only []string, eopts opa.Options) ([
 		rows = append(rows, r...)
 	}
 	return rows, nil
+}
+
+// allInForce is an error naming each constraint that is not in force (a
+// kind no template defines: a typo judges nothing, and would pass every
+// pod in silence).
+func allInForce(e *opa.Engine) error {
+	var out []string
+	for _, cs := range e.Status().Constraints {
+		if cs.Active {
+			continue
+		}
+		why := cs.Error
+		if why == "" {
+			why = cs.Inactive
+		}
+		out = append(out, fmt.Sprintf("constraint %s/%s is not in force: %s", cs.Kind, cs.Name, why))
+	}
+	if len(out) > 0 {
+		return errors.New(strings.Join(out, "; "))
+	}
+	return nil
 }
 
 // judge is one pod on nodes, a row per node, as the extender answers:

@@ -19,10 +19,13 @@ apiVersion test.gatekeeper.sh/v1alpha1) against this engine. PATH is a
 suite file or a folder searched recursively for suites.
 
 Each case gets a fresh engine with the test's template and constraint and
-the case's inventory. One difference from gator: when the case's inventory
-holds the Namespace of the object under review, the review carries it as
-namespaceObject (and namespace), as Gatekeeper's admission webhook does;
-gator leaves namespaceObject null.
+the case's inventory. As in gator, a constraint scoped away from the
+enforcement point (gator's by default) counts no violation. A test whose
+constraint is not in force (its kind defined by no template) fails; a test
+with an expansion template is skipped, saying so. One difference from
+gator: when the case's inventory holds the Namespace of the object under
+review, the review carries it as namespaceObject (and namespace), as
+Gatekeeper's admission webhook does; gator leaves namespaceObject null.
 
 Prints one line per case and a closing line "N passed, N failed, N skipped";
 exits 1 if any case failed.
@@ -34,7 +37,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := pflag.NewFlagSet("verify", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := fs.String("run", "", "run only the cases whose \"suite/test/case\" matches this regular expression")
-	enforcementPoint := fs.String("enforcement-point", opa.DefaultEnforcementPoint, "this service's name in scopedEnforcementActions")
+	enforcementPoint := fs.String("enforcement-point", verify.GatorEnforcementPoint,
+		"the enforcement point whose scopedEnforcementActions say which constraints count")
 	var engines engineFlags
 	engines.register(fs)
 	fs.Usage = func() {

@@ -161,7 +161,10 @@ func TestReadObjects(t *testing.T) {
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("objects %d, error %v", len(objs), err)
 	}
-	for _, bad := range []string{"kind: Node\nmetadata: {name: a}\n", "apiVersion: v1\nkind: [\n"} {
+	// The last: a Node and a Pod written as one document (no '---'); the
+	// Node must not be dropped without a word.
+	for _, bad := range []string{"kind: Node\nmetadata: {name: a}\n", "apiVersion: v1\nkind: [\n",
+		nodeYAML("a", "1") + "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"} {
 		if _, err := ReadObjects(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "document 1") {
 			t.Errorf("%q: error = %v", bad, err)
 		}

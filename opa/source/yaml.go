@@ -74,7 +74,8 @@ func parseItem(p part) (any, error) {
 }
 
 // decodePart decodes a part's bytes into a T: JSON as JSON, YAML through
-// decodeBlockYAML where it takes them (a mapping), else sigs.k8s.io/yaml.
+// decodeBlockYAML where it takes them (a mapping), else sigs.k8s.io/yaml,
+// strictly.
 func decodePart[T any](p part) (T, error) {
 	var v T
 	if p.json {
@@ -86,7 +87,9 @@ func decodePart[T any](p part) (T, error) {
 			return v, nil
 		}
 	}
-	err := yaml.Unmarshal(p.raw, &v)
+	// Strict: a key twice in one mapping is an error, never the last one
+	// silently kept (two objects written as one document, '---' missing).
+	err := yaml.UnmarshalStrict(p.raw, &v)
 	return v, err
 }
 
@@ -99,6 +102,9 @@ func parseDocument(p part) (map[string]any, error) {
 	}
 	content, err := decodePart[map[string]any](p)
 	if err != nil {
+		if strings.Contains(err.Error(), "already set in map") {
+			return nil, fmt.Errorf("document %d: a key twice in one mapping (two objects with no '---' between them?): %w", p.doc, err)
+		}
 		return nil, fmt.Errorf("document %d: %w", p.doc, err)
 	}
 	if len(content) == 0 && p.items == 0 {

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,8 +51,11 @@ type Test struct {
 	Name       string `json:"name"`
 	Template   string `json:"template"`
 	Constraint string `json:"constraint"`
-	Cases      []Case `json:"cases"`
-	Skip       bool   `json:"skip"`
+	// Expansion is an ExpansionTemplate (gator expands the object before
+	// review): not supported, so its cases are skipped, saying why.
+	Expansion string `json:"expansion"`
+	Cases     []Case `json:"cases"`
+	Skip      bool   `json:"skip"`
 	// Invalid expects the constraint to be rejected.
 	Invalid bool `json:"invalid"`
 }
@@ -73,13 +77,20 @@ type Assertion struct {
 	Message    *string `json:"message"`
 }
 
+// GatorEnforcementPoint is gator's enforcement point: the default of
+// Options.Engine.EnforcementPoint for a run, so that a constraint counts
+// where gator counts it.
+const GatorEnforcementPoint = "gator.gatekeeper.sh"
+
 // Options configure a run.
 type Options struct {
 	// Out receives one line per case and the closing count line.
 	Out io.Writer
 	// Run, if set, selects cases by "suite/test/case" (a regular expression).
 	Run *regexp.Regexp
-	// Engine configures the engine of every case.
+	// Engine configures the engine of every case; its EnforcementPoint
+	// (GatorEnforcementPoint when empty) decides which scoped constraints
+	// count.
 	Engine opa.Options
 }
 
@@ -93,6 +104,9 @@ type Summary struct {
 func Run(ctx context.Context, paths []string, opts Options) (Summary, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
+	}
+	if opts.Engine.EnforcementPoint == "" {
+		opts.Engine.EnforcementPoint = GatorEnforcementPoint
 	}
 	files, err := findSuites(paths)
 	if err != nil {
@@ -186,6 +200,11 @@ func runSuite(ctx context.Context, file string, s *Suite, opts Options, sum *Sum
 				sum.Skipped++
 				continue
 			}
+			if t.Expansion != "" {
+				fmt.Fprintf(opts.Out, "SKIP  %s: expansion templates (%s) are not supported\n", id, t.Expansion)
+				sum.Skipped++
+				continue
+			}
 			if err := runCase(ctx, dir, t, c, opts.Engine); err != nil {
 				fmt.Fprintf(opts.Out, "FAIL  %s: %v\n", id, err)
 				sum.Failed++
@@ -230,6 +249,13 @@ func newEngine(ctx context.Context, dir string, t Test, eopts opa.Options) (*opa
 	}
 	if errs := e.Apply(ctx, []opa.Change{{Object: cons}}); len(errs) > 0 {
 		return e, errs[0], nil
+	}
+	// A constraint the engine holds but does not enforce (a kind no
+	// template defines: a typo) would pass every "no violations" case.
+	for _, cs := range e.Status().Constraints {
+		if !cs.Active {
+			return e, fmt.Errorf("constraint %s/%s is not in force: %s", cs.Kind, cs.Name, cs.Inactive), nil
+		}
 	}
 	return e, nil, nil
 }
@@ -288,6 +314,9 @@ func runCase(ctx context.Context, dir string, t Test, c Case, eopts opa.Options)
 	if err != nil {
 		return fmt.Errorf("review: %w", err)
 	}
+	// As gator: a constraint whose scopedEnforcementActions leave out the
+	// enforcement point judges nothing here.
+	violations = slices.DeleteFunc(violations, func(v opa.Violation) bool { return v.Action == "" })
 	for i, a := range c.Assertions {
 		if err := a.check(violations); err != nil {
 			return fmt.Errorf("assertion %d: %w", i+1, err)

@@ -116,3 +116,44 @@ func TestAssertionCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestGatorOwnSuite runs Gatekeeper's own gator verify suite as it ships
+// (testdata/gator-verify): all six cases pass as in gator, a constraint
+// scoped away from gator's enforcement point counting no violation, and
+// the expansion cases are skipped, saying why.
+func TestGatorOwnSuite(t *testing.T) {
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), []string{"testdata/gator-verify"}, Options{Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Passed != 6 || sum.Failed != 0 || sum.Skipped != 3 {
+		t.Fatalf("%d passed, %d failed, %d skipped; want 6, 0, 3:\n%s", sum.Passed, sum.Failed, sum.Skipped, out.String())
+	}
+	if !strings.Contains(out.String(), "expansion templates (foo_expansion.yaml) are not supported") {
+		t.Errorf("skipped cases do not say why:\n%s", out.String())
+	}
+	// At this service's enforcement point the scoped constraints count
+	// nothing: the cases expecting violations from them fail.
+	out.Reset()
+	sum, err = Run(context.Background(), []string{"testdata/gator-verify"}, Options{Out: &out, Engine: opa.Options{EnforcementPoint: opa.DefaultEnforcementPoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Failed != 1 || !strings.Contains(out.String(), "FAIL  testdata/gator-verify/suite.yaml/foo-is-bar-with-scopedEA/foo-not-bar") {
+		t.Errorf("at %s: want the scoped-to-gator case failed:\n%s", opa.DefaultEnforcementPoint, out.String())
+	}
+}
+
+// TestConstraintNotInForceFails: a constraint whose kind no template
+// defines judges nothing; its "no violations" case fails, naming why.
+func TestConstraintNotInForceFails(t *testing.T) {
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), []string{"testdata/typo"}, Options{Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Failed != 1 || !strings.Contains(out.String(), "K8sFooIz/foo-is-bar is not in force: no ConstraintTemplate in force defines kind K8sFooIz") {
+		t.Errorf("want the case failed, naming the constraint:\n%s", out.String())
+	}
+}
