@@ -463,6 +463,16 @@ validations: [{expression: "size(variables.ports) < 3"}]`,
 			`gpu-0 expression 'namespaceObject.metadata.name != "x"' resulted in error: no such key: metadata`,
 		},
 	}, {
+		// A message printed labels.team, left out of the key and filled
+		// in afterwards; the other validation iterates the labels (reads
+		// labels[_]), so the placeholder decided its verdict.
+		name: "a printed value that an iteration over its map also reads",
+		source: `validations:
+- {expression: "true", messageExpression: 'object.metadata.labels["team"]'}
+- {expression: "object.metadata.labels.all(k, v, !object.spec.nodeName.startsWith(v) || object.spec.hostNetwork)"}`,
+		pods: []map[string]any{pod("default", "a", func(p map[string]any) { p["metadata"].(map[string]any)["labels"] = map[string]any{"team": "gpu-"} })},
+		want: []string{"gpu-0 expression 'object.metadata.labels.all(k, v, !object.spec.nodeName.startsWith(v) || object.spec.hostNetwork)' resulted in error: no such key: hostNetwork"},
+	}, {
 		// Every placement review has a spec (the candidate's name is in
 		// it); the pod judged once per class had none.
 		name:   "a pod without a spec",

@@ -43,7 +43,7 @@ spec:
 // paramKeyTemplates look labels up by keys made from parameters in the
 // other ways the analysis follows: a list, a list of objects, an object's
 // keys, every, a function, object.get, a rule with a default, builtins.
-const paramKeyTemplates = `
+const paramKeyTemplates = `---
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
 metadata: {name: k8sparamkeys}

@@ -85,6 +85,15 @@ const (
 	// activation. Differences on templates that look a key up in a map of
 	// namespaceObject are counted under this name, not failed.
 	diffCELTypedNamespace = "cel-typed-namespace"
+	// In Gatekeeper's Rego driver a template runs under `with input as
+	// inp`, inp's parameters read from data.constraints; with OPA v1.22 a
+	// `with input.parameters.x as v` on one expression of a rule's body
+	// then also holds for the expressions after it (the constraint
+	// framework's hook module run by OPA alone shows it: see
+	// TestRegoWithLeak). The engine evaluates `with` as OPA documents it,
+	// on that expression only. Differences on templates that write `with`
+	// on a path below input are counted under this name, not failed.
+	diffRegoWithLeak = "rego-with-leak"
 )
 
 // celGoVersionText is msg, a CEL evaluation error, with the null key's

@@ -20,19 +20,19 @@ func TestCELKnownCases(t *testing.T) {
 	// A million iterations: past CEL's per-call cost budget.
 	costly := fmt.Sprintf("string(%s.all(i, %[1]s.all(j, %[1]s.all(k, k >= 0))))", list)
 	lit := func(t gen.Type, text string) *gen.Expr { return &gen.Expr{Form: "literal", Type: t, Text: text} }
-	tmpls := []*gen.Template{{
+	tmpls := []gen.Policy{&gen.Template{
 		// The validator evaluates message expressions for every review:
 		// out of budget, they deny a pod that passes every validation.
 		Kind:        "K8sKnownCostlyMessagePass",
 		Validations: []gen.Validation{{Expr: lit(gen.Bool, "true"), MessageExpression: lit(gen.String, costly)}},
-	}, {
+	}, &gen.Template{
 		Kind:        "K8sKnownCostlyMessageFail",
 		Validations: []gen.Validation{{Expr: lit(gen.Bool, `!object.spec.nodeName.startsWith("gpu-")`), MessageExpression: lit(gen.String, costly)}},
-	}, {
+	}, &gen.Template{
 		Kind:          "K8sKnownCostlyMessageIgnore",
 		FailurePolicy: "Ignore",
 		Validations:   []gen.Validation{{Expr: lit(gen.Bool, "true"), MessageExpression: lit(gen.String, costly)}},
-	}, {
+	}, &gen.Template{
 		// A Namespace with a label that is not a string is refused by both
 		// (Gatekeeper's cache cannot hold it): its pods have none.
 		Kind:        "K8sKnownNamespace",

@@ -3,7 +3,6 @@ package gen
 import (
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 )
 
@@ -13,36 +12,13 @@ import (
 // variables, with Gatekeeper v3.23's Kubernetes CEL libraries. Not safe
 // for concurrent use.
 type CEL struct {
-	r *rand.Rand
-	// vars are the template variables defined so far, by type.
-	vars map[Type][]string
-	// scope are the comprehension variables in force, by type.
-	scope map[Type][]string
-	fresh int
+	exprGen
 }
 
 // NewCEL is a generator seeded with seed.
 func NewCEL(seed uint64) *CEL {
-	return &CEL{r: rand.New(rand.NewPCG(seed, 0x63656c67656e))}
+	return &CEL{exprGen{r: rand.New(rand.NewPCG(seed, 0x63656c67656e)), rules: celRules, varPrefix: "variables."}}
 }
-
-// rule is one way to build an expression of a type: its form, the types
-// of its kids, and how to write it. leaf rules have no kids that grow.
-type rule struct {
-	form string
-	kids []Type
-	fmt  string
-	// bind, when set, makes the rule a comprehension: the variable it
-	// binds has type bind[0] (and a second variable bind[1]) while the
-	// kids from kid bindFrom on are generated.
-	bind     []Type
-	bindFrom int
-	// ok, when set, says whether the rule may be used now.
-	ok func(g *CEL) bool
-}
-
-// Comprehension variables are named v<n> in Fmt's %[V1]... placeholders:
-// a rule's fmt writes $1 and $2 for them.
 
 var celRules = map[Type][]rule{
 	Bool: {
@@ -203,75 +179,6 @@ var placementRules = []rule{
 	{form: "node placement", kids: []Type{ContainerList}, fmt: `%s.all($1, !has($1.image) || !$1.image.startsWith(object.spec.nodeName.split("-")[0]))`, bind: []Type{Container}, bindFrom: 1},
 }
 
-// Expr is a random expression of type t at most depth levels deep.
-func (g *CEL) Expr(t Type, depth int) *Expr {
-	// Variables in scope and the template's own are leaves of their type.
-	if vs := g.scope[t]; len(vs) > 0 && g.r.IntN(3) == 0 {
-		return &Expr{Form: "comprehension variable", Type: t, Text: vs[g.r.IntN(len(vs))]}
-	}
-	if vs := g.vars[t]; len(vs) > 0 && g.r.IntN(4) == 0 {
-		return &Expr{Form: "template variable", Type: t, Text: "variables." + vs[g.r.IntN(len(vs))]}
-	}
-	rules := celRules[t]
-	var pick []rule
-	for _, r := range rules {
-		if depth > 0 || len(r.kids) == 0 || (len(g.scope[r.kids[0]]) > 0 && len(r.kids) == 1 && r.bind == nil) {
-			pick = append(pick, r)
-		}
-	}
-	if len(pick) == 0 {
-		// A type with no leaf rule (a container) at depth 0: from its
-		// variable if one is bound, else its literal.
-		if vs := g.scope[t]; len(vs) > 0 {
-			return &Expr{Form: "comprehension variable", Type: t, Text: vs[g.r.IntN(len(vs))]}
-		}
-		return literalOf(t)
-	}
-	return g.build(pick[g.r.IntN(len(pick))], t, depth)
-}
-
-// build writes one rule with new kids.
-func (g *CEL) build(r rule, t Type, depth int) *Expr {
-	e := &Expr{Form: r.form, Type: t}
-	if len(r.kids) == 0 {
-		e.Text = r.fmt
-		return e
-	}
-	f := r.fmt
-	var names []string
-	for i, bt := range r.bind {
-		g.fresh++
-		name := "x" + strconv.Itoa(g.fresh)
-		names = append(names, name)
-		f = strings.ReplaceAll(f, "$"+strconv.Itoa(i+1), name)
-		_ = bt
-	}
-	e.Fmt, e.Binds = f, names
-	for i, kt := range r.kids {
-		if r.bind != nil && i == r.bindFrom {
-			g.push(r.bind, names)
-			defer g.pop(r.bind)
-		}
-		e.Kids = append(e.Kids, g.Expr(kt, depth-1))
-	}
-	return e
-}
-
-func (g *CEL) push(types []Type, names []string) {
-	if g.scope == nil {
-		g.scope = map[Type][]string{}
-	}
-	for i, t := range types {
-		g.scope[t] = append(g.scope[t], names[i])
-	}
-}
-
-func (g *CEL) pop(types []Type) {
-	for _, t := range types {
-		g.scope[t] = g.scope[t][:len(g.scope[t])-1]
-	}
-}
-
 // Template is one generated CEL ConstraintTemplate and its Constraint.
 type Template struct {
 	Kind            string
@@ -331,19 +238,7 @@ func (g *CEL) Template(i int) *Template {
 		t.Validations = append(t.Validations, v)
 	}
 	t.FailurePolicy = pick(g.r, []string{"", "", "Fail", "Ignore"})
-	t.Params = map[string]any{}
-	if g.r.IntN(8) != 0 {
-		t.Params["prefix"] = pick(g.r, []string{"gpu-", "cpu-", ""})
-	}
-	if g.r.IntN(8) != 0 {
-		t.Params["max"] = int64(g.r.IntN(4))
-	}
-	if g.r.IntN(8) != 0 {
-		t.Params["key"] = pick(g.r, []string{"team", "owner", "tier"})
-	}
-	if g.r.IntN(8) != 0 {
-		t.Params["names"] = []any{pick(g.r, []string{"a", "web", "nginx:latest"}), "c0"}
-	}
+	t.Params = genParams(g.r)
 	return t
 }
 
@@ -377,6 +272,21 @@ func (t *Template) Forms(count map[string]int) {
 		}
 	}
 }
+
+// TemplateKind is t's constraint kind.
+func (t *Template) TemplateKind() string { return t.Kind }
+
+// SimplerPolicies is Simpler as Policies.
+func (t *Template) SimplerPolicies() []Policy {
+	var out []Policy
+	for _, s := range t.Simpler() {
+		out = append(out, s)
+	}
+	return out
+}
+
+// WithOnInput is false: CEL has no with.
+func (t *Template) WithOnInput() bool { return false }
 
 // IteratesMap reports whether t has a comprehension over a map: its
 // order is Go's map order, random on both sides.
@@ -547,16 +457,6 @@ func (t *Template) Objects() (template, constraint map[string]any) {
 			}},
 		},
 	}
-	constraint = map[string]any{
-		"apiVersion": "constraints.gatekeeper.sh/v1beta1",
-		"kind":       t.Kind,
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"match":      map[string]any{"kinds": []any{map[string]any{"apiGroups": []any{""}, "kinds": []any{"Pod"}}}},
-			"parameters": deepCopy(t.Params),
-		},
-	}
+	constraint = constraintOf(t.Kind, t.Params)
 	return template, constraint
 }
-
-func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }

@@ -806,16 +806,32 @@ func minimal2(paths [][]*ast.Term) [][]*ast.Term {
 }
 
 // related: some path of paths (under a condition or none) lies above, at
-// or below p, whatever the elements a filter kept on either side.
+// or below p, whatever the elements a filter kept on either side; an
+// element of any position or key (Each) is related to each one:
+// `labels.all(k, v, ...)` reads labels[_], which holds labels.team.
 func related(paths [][]*ast.Term, p []*ast.Term) bool {
 	p = anyElement(p)
 	for _, q := range paths {
 		q = anyElement(analysis.Unconditioned(q))
-		if isPrefix(q, p) || isPrefix(p, q) {
+		if overlaps(q, p) || overlaps(p, q) {
 			return true
 		}
 	}
 	return false
+}
+
+// overlaps: q is p or lies above it, as isPrefix says, with Each matching
+// any one step.
+func overlaps(q, p []*ast.Term) bool {
+	if len(q) > len(p) {
+		return false
+	}
+	for i := range q {
+		if !q[i].Equal(p[i]) && !analysis.IsEach(q[i]) && !analysis.IsEach(p[i]) {
+			return false
+		}
+	}
+	return len(q) == 0 || !analysis.IsShape(q[len(q)-1]) || len(q) == len(p)
 }
 
 // anyElement is p with every filtered Each as Each.
