@@ -55,7 +55,7 @@ SCENARIOS=(
 	"throughput-churn|the realistic mix through kube-scheduler under 20 Node status updates a second, names and full Nodes; under 100 a second, names"
 	"policy-latency|time from a policy change to the answers that use it: through the folder and through the API server"
 	"diff|the differential test against Gatekeeper's framework (library samples and mutated pods): comparisons and differences"
-	"generated|generated CEL templates and pods judged by Gatekeeper's CEL driver and the engine with and without memo: comparisons, forms, differences"
+	"generated|generated CEL and Rego templates and pods judged by Gatekeeper's drivers and the engine with and without memo: comparisons, forms, differences"
 )
 
 die() { echo "regenerate-results: $*" >&2; exit 2; }
@@ -226,7 +226,7 @@ scenario_diff() {
 }
 
 scenario_generated() {
-	run bench go test -count=1 -timeout 0 -v -run TestGeneratedCEL ./diff/ -args -gen-rounds "$GEN_ROUNDS"
+	run bench go test -count=1 -timeout 0 -v -run 'TestGeneratedCEL|TestGeneratedRego' ./diff/ -args -gen-rounds "$GEN_ROUNDS"
 }
 
 # main runs the scenarios. bash reads a function whole before it runs it,
