@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -573,5 +575,47 @@ func TestNamespaceThatIsNotOneIsRefused(t *testing.T) {
 	st := e.Status()
 	if st.Inventory["v1/Namespace"] != 1 {
 		t.Errorf("inventory = %v, want the Namespace held before", st.Inventory)
+	}
+}
+
+// TestParameterTestIsNoGuard: a violation rule that begins by testing a
+// parameter (input.parameters.key == "team") was read as a guard, tested
+// on the review, where no parameters are: the memo path skipped every pod.
+// Found by bench/diff TestGeneratedRego.
+func TestParameterTestIsNoGuard(t *testing.T) {
+	policies := `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: k8sparamtest}
+spec:
+  crd:
+    spec:
+      names: {kind: K8sParamTest}
+      validation: {openAPIV3Schema: {type: object, properties: {key: {type: string}}}}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package k8sparamtest
+        violation[{"msg": msg}] {
+          input.parameters.key == "team"
+          msg := sprintf("pod %v", [input.review.object.metadata.name])
+        }
+---
+apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: K8sParamTest
+metadata: {name: c}
+spec: {parameters: {key: team}}
+`
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(path, []byte(policies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	memo, exact := newEngine(t, opa.Options{}, path), newEngine(t, opa.Options{DisableMemo: true}, path)
+	for _, e := range []*opa.Engine{memo, exact} {
+		apply(t, e, node("n1", nil))
+	}
+	got := sameAsWithoutMemo(t, memo, exact, pod("default", "web"), []opa.Candidate{{Name: "n1"}})
+	if len(got) != 1 || !strings.Contains(got[0], "pod web") {
+		t.Errorf("violations %q, want the pod's", got)
 	}
 }

@@ -138,18 +138,61 @@ type celOutput struct {
 	TemplateErrors   map[string]string `json:"templateErrors"`
 	ConstraintErrors map[string]string `json:"constraintErrors"`
 	DataErrors       map[string]string `json:"dataErrors"`
-	Reviews          []struct {
-		ID      string `json:"id"`
-		Error   string `json:"error"`
-		Results []struct {
-			Kind                     string          `json:"kind"`
-			Name                     string          `json:"name"`
-			EnforcementAction        string          `json:"enforcementAction"`
-			Msg                      string          `json:"msg"`
-			Details                  json.RawMessage `json:"details"`
-			ScopedEnforcementActions []string        `json:"scopedEnforcementActions"`
-		} `json:"results"`
-	} `json:"reviews"`
+	Reviews          []celReviewOutput `json:"reviews"`
+}
+
+// celReviewOutput is celpeer's answer for one review.
+type celReviewOutput struct {
+	ID      string `json:"id"`
+	Error   string `json:"error"`
+	Results []struct {
+		Kind                     string          `json:"kind"`
+		Name                     string          `json:"name"`
+		EnforcementAction        string          `json:"enforcementAction"`
+		Msg                      string          `json:"msg"`
+		Details                  json.RawMessage `json:"details"`
+		ScopedEnforcementActions []string        `json:"scopedEnforcementActions"`
+	} `json:"results"`
+}
+
+// outcome is rv as the peer's results and error, details decoded as the
+// framework peer's are (numbers kept as written).
+func (rv *celReviewOutput) outcome(t *testing.T) ([]peer.Result, error) {
+	t.Helper()
+	var res []peer.Result
+	for _, r := range rv.Results {
+		var details any
+		if len(r.Details) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(r.Details))
+			dec.UseNumber()
+			if err := dec.Decode(&details); err != nil {
+				t.Fatalf("review %s: details: %v", rv.ID, err)
+			}
+		}
+		res = append(res, peer.Result{
+			ConstraintKind: r.Kind, ConstraintName: r.Name, Msg: r.Msg, Details: details,
+			EnforcementAction: r.EnforcementAction, ScopedEnforcementActions: r.ScopedEnforcementActions,
+		})
+	}
+	if rv.Error != "" {
+		return res, fmt.Errorf("%s", rv.Error)
+	}
+	return res, nil
+}
+
+// newCELCorpus is celpeer's input holding these objects, without reviews.
+func newCELCorpus(templates, constraints, data []*unstructured.Unstructured) *celCorpus {
+	in := &celCorpus{}
+	for _, u := range templates {
+		in.Templates = append(in.Templates, u.Object)
+	}
+	for _, u := range constraints {
+		in.Constraints = append(in.Constraints, u.Object)
+	}
+	for _, u := range data {
+		in.Data = append(in.Data, u.Object)
+	}
+	return in
 }
 
 func runCELPeer(t *testing.T, bin string, flags []string, in *celCorpus) *celOutput {
@@ -251,16 +294,7 @@ func runCELMode(t *testing.T, m celMode, bin string, pols []policy, pods []gener
 		constraints = append(constraints, p.constraints...)
 	}
 
-	in := &celCorpus{}
-	for _, u := range templates {
-		in.Templates = append(in.Templates, u.Object)
-	}
-	for _, u := range constraints {
-		in.Constraints = append(in.Constraints, u.Object)
-	}
-	for _, u := range inv {
-		in.Data = append(in.Data, u.Object)
-	}
+	in := newCELCorpus(templates, constraints, inv)
 	type reviewRef struct{ pod, node int }
 	var refs []reviewRef
 	for i := range pods {
@@ -350,30 +384,13 @@ func runCELMode(t *testing.T, m celMode, bin string, pols []policy, pods []gener
 	for i := range pods {
 		peerOut[i] = make([]nodeOutcome, len(pods[i].nodes))
 	}
-	for ri, rv := range out.Reviews {
+	for ri := range out.Reviews {
+		rv := &out.Reviews[ri]
 		ref := refs[ri]
 		if want := in.Reviews[ri].ID; rv.ID != want {
 			t.Fatalf("celpeer review %d is %q, want %q", ri, rv.ID, want)
 		}
-		var res []peer.Result
-		for _, r := range rv.Results {
-			var details any
-			if len(r.Details) > 0 {
-				dec := json.NewDecoder(bytes.NewReader(r.Details))
-				dec.UseNumber()
-				if err := dec.Decode(&details); err != nil {
-					t.Fatalf("review %s: details: %v", rv.ID, err)
-				}
-			}
-			res = append(res, peer.Result{
-				ConstraintKind: r.Kind, ConstraintName: r.Name, Msg: r.Msg, Details: details,
-				EnforcementAction: r.EnforcementAction, ScopedEnforcementActions: r.ScopedEnforcementActions,
-			})
-		}
-		var err error
-		if rv.Error != "" {
-			err = fmt.Errorf("%s", rv.Error)
-		}
+		res, err := rv.outcome(t)
 		peerOut[ref.pod][ref.node] = peerOutcome(res, err)
 	}
 

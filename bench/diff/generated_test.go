@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/gen"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/bench/peer"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
@@ -230,16 +229,7 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 	for _, n := range gen.NodeObjects() {
 		inv = append(inv, &unstructured.Unstructured{Object: n})
 	}
-	in := &celCorpus{}
-	for _, u := range templates {
-		in.Templates = append(in.Templates, u.Object)
-	}
-	for _, u := range constraints {
-		in.Constraints = append(in.Constraints, u.Object)
-	}
-	for _, u := range inv {
-		in.Data = append(in.Data, u.Object)
-	}
+	in := newCELCorpus(templates, constraints, inv)
 	for i, p := range pods {
 		ns, _, _ := unstructured.NestedString(p.obj, "metadata", "namespace")
 		for _, nn := range p.nodes {
@@ -316,24 +306,8 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 	ri := 0
 	for i, p := range pods {
 		for range p.nodes {
-			rv := out.Reviews[ri]
+			res, err := out.Reviews[ri].outcome(t)
 			ri++
-			var res []peer.Result
-			for _, r := range rv.Results {
-				var details any
-				if len(r.Details) > 0 {
-					dec := json.NewDecoder(bytes.NewReader(r.Details))
-					dec.UseNumber()
-					if err := dec.Decode(&details); err != nil {
-						t.Fatalf("review %s: details: %v", rv.ID, err)
-					}
-				}
-				res = append(res, peer.Result{ConstraintKind: r.Kind, ConstraintName: r.Name, Msg: r.Msg, Details: details, EnforcementAction: r.EnforcementAction})
-			}
-			var err error
-			if rv.Error != "" {
-				err = fmt.Errorf("%s", rv.Error)
-			}
 			peerOut[i] = append(peerOut[i], peerOutcome(res, err))
 			j.violations += len(res)
 			for _, r := range res {

@@ -307,24 +307,43 @@ func (t *Template) IteratesMap() bool {
 // an error, and Gatekeeper v3.23's (1.36) as unstructured content, where
 // it is absent.
 func (t *Template) LooksUpNamespaceMap() bool {
+	// The names that may hold namespaceObject's values: its own, and the
+	// variables whose expressions read it (or read such a variable).
+	names := []string{"namespaceObject"}
+	for _, v := range t.Variables {
+		if mentions(v.Expr.String(), names) {
+			names = append(names, "variables."+v.Name)
+		}
+	}
 	for _, e := range t.exprs() {
-		if (*e).looksUpNamespaceMap() {
+		if (*e).looksUpIn(names) {
 			return true
 		}
 	}
 	return false
 }
 
-func (e *Expr) looksUpNamespaceMap() bool {
+func mentions(text string, names []string) bool {
+	for _, n := range names {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// looksUpIn: e or an expression below it looks a key up in a map whose
+// text mentions one of names.
+func (e *Expr) looksUpIn(names []string) bool {
 	if mapLookups[e.Form] {
 		for _, k := range e.Kids {
-			if k.Type == StringMap && strings.Contains(k.String(), "namespaceObject") {
+			if k.Type == StringMap && mentions(k.String(), names) {
 				return true
 			}
 		}
 	}
 	for _, k := range e.Kids {
-		if k.looksUpNamespaceMap() {
+		if k.looksUpIn(names) {
 			return true
 		}
 	}
@@ -398,14 +417,7 @@ func (t *Template) Simpler() []*Template {
 			out = append(out, c)
 		}
 	}
-	for i := range t.exprs() {
-		for _, s := range (*t.exprs()[i]).Simpler() {
-			c := t.clone()
-			*c.exprs()[i] = s
-			out = append(out, c)
-		}
-	}
-	return out
+	return append(out, exprSteps(t, (*Template).clone, (*Template).exprs)...)
 }
 
 // Objects are t's ConstraintTemplate and Constraint as unstructured
@@ -439,24 +451,9 @@ func (t *Template) Objects() (template, constraint map[string]any) {
 	if t.FailurePolicy != "" {
 		source["failurePolicy"] = t.FailurePolicy
 	}
-	name := strings.ToLower(t.Kind)
-	template = map[string]any{
-		"apiVersion": "templates.gatekeeper.sh/v1",
-		"kind":       "ConstraintTemplate",
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"crd": map[string]any{"spec": map[string]any{
-				"names": map[string]any{"kind": t.Kind},
-				"validation": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-				}},
-			}},
-			"targets": []any{map[string]any{
-				"target": "admission.k8s.gatekeeper.sh",
-				"code":   []any{map[string]any{"engine": "K8sNativeValidation", "source": source}},
-			}},
-		},
-	}
+	template = templateObject(t.Kind, map[string]any{
+		"code": []any{map[string]any{"engine": "K8sNativeValidation", "source": source}},
+	})
 	constraint = constraintOf(t.Kind, t.Params)
 	return template, constraint
 }

@@ -19,6 +19,12 @@ func TestTemplatesAreDeterministic(t *testing.T) {
 			t.Fatalf("template %d differs between two generators of one seed:\n%s\n%s", i, ja, jb)
 		}
 	}
+	for i := range 20 {
+		a, b := NewRego(7).Template(i), NewRego(7).Template(i)
+		if a.Source() != b.Source() {
+			t.Fatalf("Rego template %d differs between two generators of one seed:\n%s\n%s", i, a.Source(), b.Source())
+		}
+	}
 	pa, _ := json.Marshal(NewObjects(3).Pod(1))
 	pb, _ := json.Marshal(NewObjects(3).Pod(1))
 	if string(pa) != string(pb) {
@@ -30,16 +36,24 @@ func TestTemplatesAreDeterministic(t *testing.T) {
 // validations or messages, and binds every comprehension variable it
 // uses (no "x3" left without the macro that names it).
 func TestSimplerShrinks(t *testing.T) {
-	g := NewCEL(11)
+	cel, rego := NewCEL(11), NewRego(11)
 	for i := range 30 {
-		tm := g.Template(i)
-		for _, s := range tm.Simpler() {
-			if s.Size() > tm.Size() {
-				t.Fatalf("a step grew %d to %d nodes", tm.Size(), s.Size())
-			}
-			for _, e := range s.exprs() {
-				if free := unbound(*e, nil); free != "" {
-					t.Fatalf("a step of %s leaves %s unbound: %s", tm.Kind, free, (*e).String())
+		for _, tm := range []Policy{cel.Template(i), rego.Template(i)} {
+			for _, s := range tm.SimplerPolicies() {
+				if s.Size() > tm.Size() {
+					t.Fatalf("a step grew %d to %d nodes", tm.Size(), s.Size())
+				}
+				var exprs []**Expr
+				switch x := s.(type) {
+				case *Template:
+					exprs = x.exprs()
+				case *RegoTemplate:
+					exprs = x.exprs()
+				}
+				for _, e := range exprs {
+					if free := unbound(*e, nil); free != "" {
+						t.Fatalf("a step of %s leaves %s unbound: %s", tm.TemplateKind(), free, (*e).String())
+					}
 				}
 			}
 		}

@@ -132,3 +132,37 @@ func (g *exprGen) pop(types []Type) {
 		g.scope[t] = g.scope[t][:len(g.scope[t])-1]
 	}
 }
+
+// exprSteps are copies of t, each with one of its expressions (exprs) one
+// step simpler.
+func exprSteps[T any](t T, clone func(T) T, exprs func(T) []**Expr) []T {
+	var out []T
+	for i, e := range exprs(t) {
+		for _, s := range (*e).Simpler() {
+			c := clone(t)
+			*exprs(c)[i] = s
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// templateObject is a ConstraintTemplate of kind with one target, its
+// schema open (any parameters).
+func templateObject(kind string, target map[string]any) map[string]any {
+	target["target"] = "admission.k8s.gatekeeper.sh"
+	return map[string]any{
+		"apiVersion": "templates.gatekeeper.sh/v1",
+		"kind":       "ConstraintTemplate",
+		"metadata":   map[string]any{"name": strings.ToLower(kind)},
+		"spec": map[string]any{
+			"crd": map[string]any{"spec": map[string]any{
+				"names": map[string]any{"kind": kind},
+				"validation": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+				}},
+			}},
+			"targets": []any{target},
+		},
+	}
+}

@@ -190,43 +190,35 @@ func Simpler(p map[string]any) []map[string]any {
 // removed is a copy of p without the value at path.
 func removed(p map[string]any, path []any) map[string]any {
 	c := deepCopy(p)
-	var parent any = c
-	for _, step := range path[:len(path)-1] {
-		switch s := step.(type) {
-		case string:
-			parent = parent.(map[string]any)[s]
-		case int:
-			parent = parent.([]any)[s]
-		}
-	}
-	last := path[len(path)-1]
-	switch s := last.(type) {
+	parent := valueAt(c, path[:len(path)-1])
+	switch s := path[len(path)-1].(type) {
 	case string:
 		delete(parent.(map[string]any), s)
 	case int:
+		// A shorter list, set in its parent.
 		l := parent.([]any)
-		// Rebuild the list in its parent.
-		nl := append(append([]any{}, l[:s]...), l[s+1:]...)
-		setAt(c, path[:len(path)-1], nl)
+		shorter := append(append([]any{}, l[:s]...), l[s+1:]...)
+		grand, last := valueAt(c, path[:len(path)-2]), path[len(path)-2]
+		switch k := last.(type) {
+		case string:
+			grand.(map[string]any)[k] = shorter
+		case int:
+			grand.([]any)[k] = shorter
+		}
 	}
 	return c
 }
 
-// setAt sets the value at path (not empty) in root.
-func setAt(root map[string]any, path []any, v any) {
-	var parent any = root
-	for _, step := range path[:len(path)-1] {
+// valueAt is the value at path in root.
+func valueAt(root map[string]any, path []any) any {
+	var v any = root
+	for _, step := range path {
 		switch s := step.(type) {
 		case string:
-			parent = parent.(map[string]any)[s]
+			v = v.(map[string]any)[s]
 		case int:
-			parent = parent.([]any)[s]
+			v = v.([]any)[s]
 		}
 	}
-	switch s := path[len(path)-1].(type) {
-	case string:
-		parent.(map[string]any)[s] = v
-	case int:
-		parent.([]any)[s] = v
-	}
+	return v
 }

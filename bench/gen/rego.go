@@ -323,33 +323,12 @@ func (t *RegoTemplate) Simpler() []*RegoTemplate {
 			out = append(out, c)
 		}
 	}
-	for i := range t.exprs() {
-		for _, s := range (*t.exprs()[i]).Simpler() {
-			c := t.clone()
-			*c.exprs()[i] = s
-			out = append(out, c)
-		}
-	}
-	return out
+	return append(out, exprSteps(t, (*RegoTemplate).clone, (*RegoTemplate).exprs)...)
 }
 
 // Objects are t's ConstraintTemplate and Constraint.
 func (t *RegoTemplate) Objects() (template, constraint map[string]any) {
-	name := strings.ToLower(t.Kind)
-	template = map[string]any{
-		"apiVersion": "templates.gatekeeper.sh/v1",
-		"kind":       "ConstraintTemplate",
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"crd": map[string]any{"spec": map[string]any{
-				"names": map[string]any{"kind": t.Kind},
-				"validation": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-				}},
-			}},
-			"targets": []any{map[string]any{"target": "admission.k8s.gatekeeper.sh", "rego": t.Source()}},
-		},
-	}
+	template = templateObject(t.Kind, map[string]any{"rego": t.Source()})
 	return template, constraintOf(t.Kind, t.Params)
 }
 

@@ -35,9 +35,9 @@ func (g Guard) String() string {
 // violation set is empty. Only the leading run of a body counts, so that
 // nothing the body does later (a conflict error, a call) could have
 // happened before the guard failed; a guard is an equality of a ground
-// input reference with a scalar, not negated, with no `with`, and never
-// on the candidate's name (input.review.object.spec.nodeName differs per
-// node).
+// reference below input.review with a scalar, not negated, with no
+// `with`, and never on the candidate's name (input.review.object.spec.nodeName
+// differs per node).
 func Guards(rules []*ast.Rule, root ast.Ref) [][]Guard {
 	violation := root.Append(ast.StringTerm("template")).Append(ast.StringTerm("violation"))
 	var out [][]Guard
@@ -85,7 +85,9 @@ func guardOf(e *ast.Expr) (Guard, bool) {
 			continue
 		}
 		path := ref[1:].Copy()
-		if PrefixRelated(path, NodeNamePath) {
+		// A guard is tested on the review alone: input.parameters (the
+		// Constraint's) is not there, and differs per constraint.
+		if !path[0].Equal(ast.StringTerm("review")) || PrefixRelated(path, NodeNamePath) {
 			return Guard{}, false
 		}
 		return Guard{Path: path, Value: other}, true

@@ -38,6 +38,12 @@ func TestGuards(t *testing.T) {
 			want: `input.review.kind.kind == "Ingress"; input.review.kind.kind == "Service", input.review.object.spec.type == "LoadBalancer"`,
 		},
 		{
+			// The Constraint's parameters are not in the review a guard is
+			// tested on: such a test would fail every pod.
+			name: "a test of a parameter is no guard",
+			rego: "violation contains {\"msg\": \"x\"} if {\ninput.parameters.key == \"team\"\n}",
+		},
+		{
 			name: "one rule unguarded: no guards",
 			rego: "violation contains {\"msg\": \"a\"} if {\ninput.review.kind.kind == \"Ingress\"\n}\nviolation contains {\"msg\": \"b\"} if {\ninput.review.object.spec.hostNetwork\n}",
 		},
