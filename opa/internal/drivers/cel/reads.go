@@ -708,7 +708,7 @@ func (r *reader) result() *analysis.Result {
 		a.Messages = append(a.Messages, analysis.MessagePath{Root: analysis.Input, Path: p, Trim: true, Absent: r.absentIn(p), Helpers: helpers,
 			Distinct: r.joined[analysis.PathString(anyElement(p))]})
 	}
-	a.InputPaths = minimal2(paths)
+	a.InputPaths = minimal2(withoutHelperShapes(paths))
 	for _, p := range a.InputPaths {
 		if analysis.PrefixRelated(analysis.Unconditioned(p), analysis.NodeNamePath) {
 			a.NodeNameObserved = true
@@ -716,6 +716,31 @@ func (r *reader) result() *analysis.Result {
 		}
 	}
 	return a
+}
+
+// withoutHelperShapes is paths without the shape of a value whose test's
+// answer is read (a membership's helper, under no condition): that key
+// holds the value whole wherever it is not a string the test answers
+// for, so its kind too.
+func withoutHelperShapes(paths [][]*ast.Term) [][]*ast.Term {
+	helped := map[string]bool{}
+	for _, q := range paths {
+		if n := len(q); n > 0 && analysis.IsHelper(q[n-1]) {
+			if _, _, cond := analysis.Condition(q); !cond {
+				helped[analysis.PathString(q[:n-1])] = true
+			}
+		}
+	}
+	if len(helped) == 0 {
+		return paths
+	}
+	return slices.DeleteFunc(paths, func(q []*ast.Term) bool {
+		n := len(q)
+		if _, _, cond := analysis.Condition(q); cond || n == 0 || !analysis.IsShape(q[n-1]) {
+			return false
+		}
+		return helped[analysis.PathString(q[:n-1])]
+	})
 }
 
 // helperOn is q's Helper when q is p (whatever filters their elements
