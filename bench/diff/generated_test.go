@@ -311,7 +311,7 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 			peerOut[i] = append(peerOut[i], peerOutcome(res, err))
 			j.violations += len(res)
 			for _, r := range res {
-				if strings.Contains(r.Msg, "resulted in error") {
+				if strings.Contains(r.Msg, "resulted in error") || strings.Contains(r.Msg, "eval_") {
 					j.errors++
 				}
 			}

@@ -60,6 +60,8 @@ var regoRules = map[Type][]rule{
 		{form: "comprehension", kids: []Type{ContainerList, Bool}, fmt: "count([$1 | some $1 in %s; %s]) > 0", bind: []Type{Container}, bindFrom: 1},
 		{form: "helper function", kids: []Type{String}, fmt: "gen_allowed(%s)"},
 		{form: "else", kids: []Type{String}, fmt: `gen_tier(%s) == "gpu"`},
+		// Two definitions that both hold for gpu-0: an evaluation error.
+		{form: "conflict", kids: []Type{String}, fmt: `gen_pick(%s) == "a"`},
 		{form: "with", kids: []Type{String}, fmt: "gen_node_prefix with input.parameters.prefix as %s"},
 		{form: "walk", kids: []Type{String}, fmt: "count([p | walk(" + regoObject + ".metadata, [p, v]); v == %s]) > 0"},
 		{form: "inventory", kids: []Type{String}, fmt: regoNode + ".metadata.labels.team == %s"},
@@ -152,8 +154,8 @@ var regoPlacementRules = []rule{
 }
 
 // regoHelpers are the helper rules every generated template carries:
-// a function of several definitions, one with else, a rule read under
-// with.
+// a function of several definitions, one with else, one whose two
+// definitions can conflict, a rule read under with.
 const regoHelpers = `
 gen_allowed(x) {
 	x == "a"
@@ -167,6 +169,14 @@ gen_tier(n) = "gpu" {
 	startswith(n, "gpu-")
 } else = "other" {
 	true
+}
+
+gen_pick(x) = "a" {
+	startswith(x, "gpu-")
+}
+
+gen_pick(x) = "b" {
+	endswith(x, "-0")
 }
 
 gen_node_prefix {
