@@ -209,37 +209,8 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 	t.Helper()
 	ctx := context.Background()
 	j := judgement{refused: map[string]bool{}, diffs: map[string]string{}, intended: map[string]int{}}
-	var templates, constraints, inv []*unstructured.Unstructured
-	for _, tm := range tmpls {
-		te, ce := tm.Objects()
-		templates = append(templates, &unstructured.Unstructured{Object: te})
-		constraints = append(constraints, &unstructured.Unstructured{Object: ce})
-	}
-	// A Namespace Gatekeeper's cache refuses is not the namespaceObject
-	// of its pods' reviews either: they are reviewed as in a namespace
-	// not synced.
-	nsObj := map[string]map[string]any{}
-	for _, ns := range gen.NamespaceObjects() {
-		u := &unstructured.Unstructured{Object: ns}
-		inv = append(inv, u)
-		if !gen.Malformed(ns) {
-			nsObj[u.GetName()] = ns
-		}
-	}
-	for _, n := range gen.NodeObjects() {
-		inv = append(inv, &unstructured.Unstructured{Object: n})
-	}
-	in := newCELCorpus(templates, constraints, inv)
-	for i, p := range pods {
-		ns, _, _ := unstructured.NestedString(p.obj, "metadata", "namespace")
-		for _, nn := range p.nodes {
-			obj := deepCopy(p.obj).(map[string]any)
-			spec(obj)["nodeName"] = nn
-			in.Reviews = append(in.Reviews, celReview{ID: fmt.Sprintf("%d/%s", i, nn), Object: obj, Namespace: nsObj[ns], Operation: "CREATE", UserInfo: userInfo})
-		}
-	}
-	out := runCELPeer(t, bin, nil, in)
-
+	c := newGenCorpus(tmpls, pods)
+	out := runCELPeer(t, bin, nil, c.in)
 	engines := make([]*opa.Engine, len(genEngines))
 	for i, ge := range genEngines {
 		e, err := opa.New(ctx, ge.opts)
@@ -249,59 +220,7 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 		defer e.Close(ctx)
 		engines[i] = e
 	}
-	tmplErr := applyAll(ctx, engines, templates)
-	for _, u := range templates {
-		kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind")
-		pe, ee := out.TemplateErrors["ConstraintTemplate/"+u.GetName()], tmplErr["ConstraintTemplate/"+u.GetName()]
-		switch {
-		case pe != "" && ee != nil:
-			j.refused[kind] = true
-			if len(j.refused) <= 6 {
-				t.Logf("refused by both: %s: %s", kind, pe)
-			}
-		case pe != "" || ee != nil:
-			j.diffs[kind] = fmt.Sprintf("template: Gatekeeper error %q, engine error %v", pe, ee)
-		}
-	}
-	var accepted []*unstructured.Unstructured
-	for _, u := range constraints {
-		if !j.refused[u.GetKind()] {
-			accepted = append(accepted, u)
-		}
-	}
-	consErr := applyAll(ctx, engines, accepted)
-	for _, u := range accepted {
-		k := u.GetKind() + "/" + u.GetName()
-		if pe, ee := out.ConstraintErrors[k], consErr[k]; (pe == "") != (ee == nil) {
-			j.diffs[u.GetKind()] = fmt.Sprintf("constraint: Gatekeeper error %q, engine error %v", pe, ee)
-		}
-	}
-	// Both refuse the same inventory objects (a Namespace with a label
-	// that is not a string).
-	invErr := applyAll(ctx, engines, inv)
-	for _, u := range inv {
-		k := u.GetKind() + "/" + u.GetName()
-		if pe, ee := out.DataErrors[k], invErr[k]; (pe == "") != (ee == nil) {
-			t.Fatalf("inventory %s: Gatekeeper error %q, engine error %v", k, pe, ee)
-		}
-	}
-
-	// Gatekeeper's answers, then each engine's in its own order.
-	// intendedFor names, per kind, the intended difference any
-	// difference of its template is counted under (diffCELTypedNamespace,
-	// diffRegoWithLeak).
-	mapOrder, intendedFor, templateOf := map[string]bool{}, map[string]string{}, map[string]string{}
-	for _, tm := range tmpls {
-		kind := tm.TemplateKind()
-		templateOf[kind] = strings.ToLower(kind)
-		mapOrder[kind] = tm.IteratesMap()
-		switch {
-		case tm.LooksUpNamespaceMap():
-			intendedFor[kind] = diffCELTypedNamespace
-		case tm.WithOnInput():
-			intendedFor[kind] = diffRegoWithLeak
-		}
-	}
+	c.load(t, ctx, engines, out, &j)
 	peerOut := make([][]nodeOutcome, len(pods))
 	ri := 0
 	for i, p := range pods {
@@ -318,27 +237,132 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 		}
 	}
 	j.deciding, j.perNode = coverage(peerOut)
+	// Each engine in its own order.
 	engOut := make([][][]nodeOutcome, len(genEngines))
 	for ei, ge := range genEngines {
 		engOut[ei] = make([][]nodeOutcome, len(pods))
-		order := make([]int, len(pods))
-		for i := range order {
-			order[i] = i
+		for k := range pods {
+			i := k
 			if ge.reverse {
-				order[i] = len(pods) - 1 - i
+				i = len(pods) - 1 - k
 			}
-		}
-		for _, i := range order {
-			engOut[ei][i] = askEngine(ctx, engines[ei], pods[i], ge.single, templateOf)
+			engOut[ei][i] = askEngine(ctx, engines[ei], pods[i], ge.single, c.templateOf)
 		}
 	}
-	kindsAccepted := len(templates) - len(j.refused)
+	c.compare(&j, pods, peerOut, engOut)
+	return j
+}
+
+// genCorpus is one judgement's objects: the templates, constraints and
+// inventory as objects, celpeer's input, and what the comparison needs to
+// know of each constraint kind.
+type genCorpus struct {
+	tmpls                       []gen.Policy
+	templates, constraints, inv []*unstructured.Unstructured
+	accepted                    []*unstructured.Unstructured // constraints of templates not refused
+	in                          *celCorpus
+	mapOrder                    map[string]bool
+	templateOf                  map[string]string
+	// intendedFor names, per kind, the intended difference any
+	// difference of its template is counted under (diffCELTypedNamespace,
+	// diffRegoWithLeak).
+	intendedFor map[string]string
+}
+
+func newGenCorpus(tmpls []gen.Policy, pods []genPod) *genCorpus {
+	c := &genCorpus{tmpls: tmpls, mapOrder: map[string]bool{}, templateOf: map[string]string{}, intendedFor: map[string]string{}}
+	for _, tm := range tmpls {
+		te, ce := tm.Objects()
+		c.templates = append(c.templates, &unstructured.Unstructured{Object: te})
+		c.constraints = append(c.constraints, &unstructured.Unstructured{Object: ce})
+		kind := tm.TemplateKind()
+		c.templateOf[kind] = strings.ToLower(kind)
+		c.mapOrder[kind] = tm.IteratesMap()
+		switch {
+		case tm.LooksUpNamespaceMap():
+			c.intendedFor[kind] = diffCELTypedNamespace
+		case tm.WithOnInput():
+			c.intendedFor[kind] = diffRegoWithLeak
+		}
+	}
+	// A Namespace Gatekeeper's cache refuses is not the namespaceObject
+	// of its pods' reviews either: they are reviewed as in a namespace
+	// not synced.
+	nsObj := map[string]map[string]any{}
+	for _, ns := range gen.NamespaceObjects() {
+		u := &unstructured.Unstructured{Object: ns}
+		c.inv = append(c.inv, u)
+		if !gen.Malformed(ns) {
+			nsObj[u.GetName()] = ns
+		}
+	}
+	for _, n := range gen.NodeObjects() {
+		c.inv = append(c.inv, &unstructured.Unstructured{Object: n})
+	}
+	c.in = newCELCorpus(c.templates, c.constraints, c.inv)
+	for i, p := range pods {
+		ns, _, _ := unstructured.NestedString(p.obj, "metadata", "namespace")
+		for _, nn := range p.nodes {
+			obj := deepCopy(p.obj).(map[string]any)
+			spec(obj)["nodeName"] = nn
+			c.in.Reviews = append(c.in.Reviews, celReview{ID: fmt.Sprintf("%d/%s", i, nn), Object: obj, Namespace: nsObj[ns], Operation: "CREATE", UserInfo: userInfo})
+		}
+	}
+	return c
+}
+
+// load applies the corpus to the engines and records, in j, the
+// templates both sides refused and any refusal only one side made; the
+// inventory both must refuse alike.
+func (c *genCorpus) load(t *testing.T, ctx context.Context, engines []*opa.Engine, out *celOutput, j *judgement) {
+	t.Helper()
+	tmplErr := applyAll(ctx, engines, c.templates)
+	for _, u := range c.templates {
+		kind, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "spec", "names", "kind")
+		pe, ee := out.TemplateErrors["ConstraintTemplate/"+u.GetName()], tmplErr["ConstraintTemplate/"+u.GetName()]
+		switch {
+		case pe != "" && ee != nil:
+			j.refused[kind] = true
+			if len(j.refused) <= 6 {
+				t.Logf("refused by both: %s: %s", kind, pe)
+			}
+		case pe != "" || ee != nil:
+			j.diffs[kind] = fmt.Sprintf("template: Gatekeeper error %q, engine error %v", pe, ee)
+		}
+	}
+	for _, u := range c.constraints {
+		if !j.refused[u.GetKind()] {
+			c.accepted = append(c.accepted, u)
+		}
+	}
+	consErr := applyAll(ctx, engines, c.accepted)
+	for _, u := range c.accepted {
+		k := u.GetKind() + "/" + u.GetName()
+		if pe, ee := out.ConstraintErrors[k], consErr[k]; (pe == "") != (ee == nil) {
+			j.diffs[u.GetKind()] = fmt.Sprintf("constraint: Gatekeeper error %q, engine error %v", pe, ee)
+		}
+	}
+	// Both refuse the same inventory objects (a Namespace with a label
+	// that is not a string).
+	invErr := applyAll(ctx, engines, c.inv)
+	for _, u := range c.inv {
+		k := u.GetKind() + "/" + u.GetName()
+		if pe, ee := out.DataErrors[k], invErr[k]; (pe == "") != (ee == nil) {
+			t.Fatalf("inventory %s: Gatekeeper error %q, engine error %v", k, pe, ee)
+		}
+	}
+}
+
+// compare records in j each engine's differences from Gatekeeper, per
+// (pod, node) and constraint kind, and counts the comparisons.
+func (c *genCorpus) compare(j *judgement, pods []genPod, peerOut [][]nodeOutcome, engOut [][][]nodeOutcome) {
+	kindsAccepted := len(c.templates) - len(j.refused)
 	for i, p := range pods {
 		for n, nn := range p.nodes {
 			j.comparisons += kindsAccepted
 			po := peerOut[i][n]
 			if po.err != nil {
-				for _, u := range accepted {
+				for _, u := range c.accepted {
 					j.diffs[u.GetKind()] = fmt.Sprintf("pod %d on %s: Gatekeeper's review failed: %v", i, nn, po.err)
 				}
 				continue
@@ -350,11 +374,11 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 				// intended difference of one never hides another's.
 				for kind := range kindSet(onlyPeer, onlyEng) {
 					pk, ek := ofKind(po.keys, kind), ofKind(eo.keys, kind)
-					if why := intendedDifference(pk, ek, mapOrder); why != "" {
+					if why := intendedDifference(pk, ek, c.mapOrder); why != "" {
 						j.intended[why]++
 						continue
 					}
-					if why := intendedFor[kind]; why != "" {
+					if why := c.intendedFor[kind]; why != "" {
 						j.intended[why]++
 						continue
 					}
@@ -365,7 +389,6 @@ func judge(t *testing.T, bin string, tmpls []gen.Policy, pods []genPod) judgemen
 			}
 		}
 	}
-	return j
 }
 
 // askEngine is e's outcome for p on each of its candidates.
