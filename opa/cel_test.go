@@ -478,6 +478,23 @@ validations: [{expression: "size(variables.ports) < 3"}]`,
 		name:   "a pod without a spec",
 		source: `validations: [{expression: '!has(object.spec.priorityClassName)'}]`,
 		pods:   []map[string]any{{"metadata": map[string]any{"name": "a", "namespace": "default"}}},
+	}, {
+		// Gatekeeper's libraries hand namespaceObject to CEL as
+		// unstructured content, where a null key is absent; the typed
+		// Namespace of the 1.37 libraries failed on it.
+		name:   "a null key in namespaceObject's labels",
+		source: `validations: [{expression: '!(object.spec.?priorityClassName.orValue(null) in namespaceObject.metadata.labels)'}]`,
+		pods:   []map[string]any{pod("team-a", "a")},
+	}, {
+		// The null is read straight from the object: its type is printed
+		// as Gatekeeper's libraries print it.
+		name:   "a null read from the object as a map key",
+		source: `validations: [{expression: '{"a": 1}[object.spec.priorityClassName] == 1'}]`,
+		pods:   []map[string]any{pod("team-a", "a", func(p map[string]any) { spec(p)["priorityClassName"] = nil })},
+		want: []string{
+			`cpu-0 expression '{"a": 1}[object.spec.priorityClassName] == 1' resulted in error: invalid qualifier type: <nil>`,
+			`gpu-0 expression '{"a": 1}[object.spec.priorityClassName] == 1' resulted in error: invalid qualifier type: <nil>`,
+		},
 	}}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -489,7 +506,7 @@ validations: [{expression: "size(variables.ports) < 3"}]`,
 			memo, exact := newEngine(t, opa.Options{}), newEngine(t, opa.Options{DisableMemo: true})
 			for _, e := range []*opa.Engine{memo, exact} {
 				apply(t, e, objs...)
-				apply(t, e, node("cpu-0", nil), node("gpu-0", nil))
+				apply(t, e, node("cpu-0", nil), node("gpu-0", nil), namespace("team-a", map[string]string{"team": "a"}))
 			}
 			var got []string
 			for _, p := range tc.pods {

@@ -60,31 +60,12 @@ const (
 	// ignores it and reports spec.enforcementAction. Messages and details are
 	// compared as usual; only the action differs.
 	diffActionAnnotation = "action-annotation"
-	// A CEL map indexed with null fails on both sides with "invalid
-	// qualifier type: %T" of the key, and the type differs: Gatekeeper
-	// v3.23.1 builds on the Kubernetes 1.36 CEL libraries and cel-go v0.30,
-	// where a null read straight from the object is Go's nil ("<nil>") and
-	// one through an optional types.Null; the engine builds on 1.37 and
-	// cel-go v0.31, where both are types.Null. Both sides' texts are
-	// compared with either read as "null" (celGoVersionText); the rest of
-	// the message must agree.
-	diffCELNullQualifier = "cel-null-qualifier"
 	// A CEL comprehension over a map iterates in Go's map order, random on
 	// both sides, and its error names the element it failed on first: for
 	// templates that iterate a map, an evaluation error's text after
 	// "resulted in error: " is not compared (the expression and the fact
 	// of the error are).
 	diffCELMapOrder = "cel-map-order-error"
-	// Gatekeeper v3.23.1 (Kubernetes 1.36 libraries) hands CEL the
-	// namespaceObject as unstructured content; the Kubernetes 1.37
-	// libraries the engine builds on hand it as a typed object, whose maps
-	// fail on a null key ("unsupported map key type") where unstructured
-	// content answers that the key is absent: `x in
-	// namespaceObject.metadata.labels` with x null is an error here and
-	// false in Gatekeeper. Not fixed: the engine would need its own CEL
-	// activation. Differences on templates that look a key up in a map of
-	// namespaceObject are counted under this name, not failed.
-	diffCELTypedNamespace = "cel-typed-namespace"
 	// In Gatekeeper's Rego driver a template runs under `with input as
 	// inp`, inp's parameters read from data.constraints; with OPA v1.22 a
 	// `with input.parameters.x as v` on one expression of a rule's body
@@ -95,14 +76,6 @@ const (
 	// on a path below input are counted under this name, not failed.
 	diffRegoWithLeak = "rego-with-leak"
 )
-
-// celGoVersionText is msg, a CEL evaluation error, with the null key's
-// type read alike (see diffCELNullQualifier), and whether it changed.
-func celGoVersionText(msg string) (string, bool) {
-	out := strings.ReplaceAll(msg, "invalid qualifier type: types.Null", "invalid qualifier type: null")
-	out = strings.ReplaceAll(out, "invalid qualifier type: <nil>", "invalid qualifier type: null")
-	return out, out != msg
-}
 
 // mapOrderText is msg with the text of its evaluation error dropped (see
 // diffCELMapOrder), and whether it changed.

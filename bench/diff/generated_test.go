@@ -264,8 +264,7 @@ type genCorpus struct {
 	mapOrder                    map[string]bool
 	templateOf                  map[string]string
 	// intendedFor names, per kind, the intended difference any
-	// difference of its template is counted under (diffCELTypedNamespace,
-	// diffRegoWithLeak).
+	// difference of its template is counted under (diffRegoWithLeak).
 	intendedFor map[string]string
 }
 
@@ -278,10 +277,7 @@ func newGenCorpus(tmpls []gen.Policy, pods []genPod) *genCorpus {
 		kind := tm.TemplateKind()
 		c.templateOf[kind] = strings.ToLower(kind)
 		c.mapOrder[kind] = tm.IteratesMap()
-		switch {
-		case tm.LooksUpNamespaceMap():
-			c.intendedFor[kind] = diffCELTypedNamespace
-		case tm.WithOnInput():
+		if tm.WithOnInput() {
 			c.intendedFor[kind] = diffRegoWithLeak
 		}
 	}
@@ -425,17 +421,12 @@ func askEngine(ctx context.Context, e *opa.Engine, p genPod, single bool, templa
 
 // intendedDifference is the intended difference that peer's and the
 // engine's keys differ by alone, or "": they agree once the texts are
-// read as diffCELNullQualifier says, and then also as diffCELMapOrder
-// says for the kinds in mapOrder (templates that iterate a map).
+// read as diffCELMapOrder says for the kinds in mapOrder (templates that
+// iterate a map).
 func intendedDifference(peer, engine []violationKey, mapOrder map[string]bool) string {
-	for _, step := range []struct {
-		why      string
-		mapOrder bool
-	}{{diffCELNullQualifier, false}, {diffCELMapOrder, true}} {
-		p, e := normalized(peer, mapOrder, step.mapOrder), normalized(engine, mapOrder, step.mapOrder)
-		if a, b := multisetDiff(p, e); len(a)+len(b) == 0 {
-			return step.why
-		}
+	p, e := normalized(peer, mapOrder), normalized(engine, mapOrder)
+	if a, b := multisetDiff(p, e); len(a)+len(b) == 0 {
+		return diffCELMapOrder
 	}
 	return ""
 }
@@ -460,14 +451,12 @@ func ofKind(keys []violationKey, kind string) []violationKey {
 	return out
 }
 
-// normalized is keys with their texts read as the intended differences
-// say (diffCELNullQualifier; diffCELMapOrder too when mapOrder is true,
-// for the kinds in kinds).
-func normalized(keys []violationKey, kinds map[string]bool, mapOrder bool) []violationKey {
+// normalized is keys with their texts read as diffCELMapOrder says for
+// the kinds in kinds.
+func normalized(keys []violationKey, kinds map[string]bool) []violationKey {
 	out := slices.Clone(keys)
 	for i := range out {
-		out[i].Msg, _ = celGoVersionText(out[i].Msg)
-		if mapOrder && kinds[out[i].Kind] {
+		if kinds[out[i].Kind] {
 			out[i].Msg, _ = mapOrderText(out[i].Msg)
 		}
 	}

@@ -37,6 +37,16 @@ func TestCELKnownCases(t *testing.T) {
 		// (Gatekeeper's cache cannot hold it): its pods have none.
 		Kind:        "K8sKnownNamespace",
 		Validations: []gen.Validation{{Expr: lit(gen.Bool, `has(namespaceObject.metadata) && namespaceObject.metadata.name != "x"`)}},
+	}, &gen.Template{
+		// namespaceObject is unstructured content in Gatekeeper: a null
+		// key is absent, not an error.
+		Kind:        "K8sKnownNullNamespaceKey",
+		Validations: []gen.Validation{{Expr: lit(gen.Bool, `!(object.spec.?priorityClassName.orValue(null) in namespaceObject.?metadata.?labels.orValue({}))`)}},
+	}, &gen.Template{
+		// A null read from the object as a map key: the error prints its
+		// type as Gatekeeper's libraries do.
+		Kind:        "K8sKnownNullQualifier",
+		Validations: []gen.Validation{{Expr: lit(gen.Bool, `{"a": 1}[object.spec.priorityClassName] == 1`)}},
 	}}
 	var pods []genPod
 	objs := gen.NewObjects(1)
@@ -45,6 +55,11 @@ func TestCELKnownCases(t *testing.T) {
 		p["metadata"].(map[string]any)["namespace"] = ns
 		pods = append(pods, genPod{obj: p, nodes: []string{"gpu-0", "cpu-0"}})
 	}
+	// A pod whose priorityClassName is null, in a Namespace with labels.
+	nullClass := objs.Pod(len(pods))
+	nullClass["metadata"].(map[string]any)["namespace"] = gen.Namespaces[0]
+	nullClass["spec"] = map[string]any{"priorityClassName": nil, "containers": []any{}}
+	pods = append(pods, genPod{obj: nullClass, nodes: []string{"gpu-0"}})
 	j := judge(t, buildCELPeer(t), tmpls, pods)
 	if len(j.refused) > 0 {
 		t.Errorf("templates refused: %v", j.refused)

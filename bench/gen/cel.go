@@ -3,7 +3,6 @@ package gen
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 )
 
 // CEL generates CEL expressions over a pod review: object (the Pod, with
@@ -300,57 +299,6 @@ func (t *Template) IteratesMap() bool {
 	}
 	return false
 }
-
-// LooksUpNamespaceMap reports whether t looks a key up in a map of
-// namespaceObject (in, an index, a select, has): the Kubernetes 1.37
-// libraries view namespaceObject as a typed object, where a null key is
-// an error, and Gatekeeper v3.23's (1.36) as unstructured content, where
-// it is absent.
-func (t *Template) LooksUpNamespaceMap() bool {
-	// The names that may hold namespaceObject's values: its own, and the
-	// variables whose expressions read it (or read such a variable).
-	names := []string{"namespaceObject"}
-	for _, v := range t.Variables {
-		if mentions(v.Expr.String(), names) {
-			names = append(names, "variables."+v.Name)
-		}
-	}
-	for _, e := range t.exprs() {
-		if (*e).looksUpIn(names) {
-			return true
-		}
-	}
-	return false
-}
-
-func mentions(text string, names []string) bool {
-	for _, n := range names {
-		if strings.Contains(text, n) {
-			return true
-		}
-	}
-	return false
-}
-
-// looksUpIn: e or an expression below it looks a key up in a map whose
-// text mentions one of names.
-func (e *Expr) looksUpIn(names []string) bool {
-	if mapLookups[e.Form] {
-		for _, k := range e.Kids {
-			if k.Type == StringMap && mentions(k.String(), names) {
-				return true
-			}
-		}
-	}
-	for _, k := range e.Kids {
-		if k.looksUpIn(names) {
-			return true
-		}
-	}
-	return false
-}
-
-var mapLookups = map[string]bool{"in map": true, "computed key": true, "optional index": true, "map index": true, "map select": true, "has on a map": true, "node placement": true}
 
 // mapIterating are the forms that iterate a map.
 var mapIterating = map[string]bool{

@@ -19,9 +19,6 @@ type Policy interface {
 	// IteratesMap: it iterates a map in CEL (Go's map order, random on
 	// both sides).
 	IteratesMap() bool
-	// LooksUpNamespaceMap: it looks a key up in a map of CEL's
-	// namespaceObject (typed in the Kubernetes 1.37 libraries).
-	LooksUpNamespaceMap() bool
 	// WithOnInput: it writes `with input.<path> as` in Rego.
 	WithOnInput() bool
 }

@@ -236,9 +236,6 @@ func (t *RegoTemplate) WithOnInput() bool {
 	return forms["with"] > 0
 }
 
-// LooksUpNamespaceMap is false: Rego reads unstructured content alike.
-func (t *RegoTemplate) LooksUpNamespaceMap() bool { return false }
-
 // SimplerPolicies is Simpler as Policies.
 func (t *RegoTemplate) SimplerPolicies() []Policy {
 	var out []Policy

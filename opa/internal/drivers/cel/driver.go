@@ -85,12 +85,11 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 		vars = append(vars, &variable{name: v.Name, expression: v.Expression})
 	}
 	// Variables may read params (the Constraint); conditions may not.
+	tv := newTemplateVariables()
 	varErrs := map[string]bool{}
 	for _, v := range vars {
-		res := compiler.CompileAndStoreVariable(v, plugincel.OptionalVariableDeclarations{HasParams: true}, environment.StoredExpressions)
-		varErrs[v.GetName()] = res.Error != nil
+		varErrs[v.GetName()] = !tv.compile(compiler, v)
 	}
-	decls := plugincel.OptionalVariableDeclarations{}
 	policy := admissionregistrationv1.FailurePolicyType(t.FailurePolicy)
 
 	matches := make([]plugincel.ExpressionAccessor, len(t.CEL.MatchConditions))
@@ -111,9 +110,10 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 		t:           t,
 		driver:      d,
 		policy:      policy,
-		matcher:     matchconditions.NewMatcher(compiler.CompileCondition(matches, decls, environment.StoredExpressions), &policy, "validatingadmissionpolicy", "vap-matcher", t.Name),
-		validations: compiler.CompileCondition(validations, decls, environment.StoredExpressions),
-		messages:    compiler.CompileCondition(messages, decls, environment.StoredExpressions),
+		matcher:     matchconditions.NewMatcher(compileConditions(compiler, tv, matches), &policy, "validatingadmissionpolicy", "vap-matcher", t.Name),
+		validations: compileConditions(compiler, tv, validations),
+		messages:    compileConditions(compiler, tv, messages),
+		variables:   tv,
 		hasMessages: hasMessages,
 	}
 	env, err := compiler.Env(environment.StoredExpressions)

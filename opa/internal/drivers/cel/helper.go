@@ -93,8 +93,7 @@ func compileHelpers(p *Program, compiler *plugincel.CompositedCompiler, varErrs 
 	}
 	helpers := make(map[string]*memberHelper, len(p.members))
 	for name, m := range p.members {
-		test := compiler.CompileCondition([]plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}},
-			plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions)
+		test := compileConditions(compiler, p.variables, []plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}})
 		helpers[name] = &memberHelper{program: p, test: test, fast: p.driver.fastTestOf(m, typeChecks, varErrs)}
 	}
 	return helpers

@@ -10,8 +10,6 @@ import (
 	celtypes "github.com/google/cel-go/common/types"
 	"github.com/open-policy-agent/opa/v1/ast"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -33,8 +31,9 @@ type Program struct {
 	driver      *Driver
 	policy      admissionregistrationv1.FailurePolicyType
 	matcher     matchconditions.Matcher
-	validations plugincel.ConditionEvaluator
-	messages    plugincel.ConditionEvaluator
+	validations *conditions
+	messages    *conditions
+	variables   *templateVariables
 	// hasMessages: some validation has a messageExpression.
 	hasMessages bool
 	analysis    *analysis.Result
@@ -70,7 +69,7 @@ func (p *Program) ListViolations() bool { return true }
 // failure policy Fail and admits under Ignore; the request's context
 // ending is an error, never a verdict.
 func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
-	attr, ns, err := p.driver.cache.attributes(in.Review)
+	attr, input, err := p.driver.cache.input(in.Review)
 	if err != nil {
 		return nil, fmt.Errorf("CEL input of template %s: %w", p.t.Name, err)
 	}
@@ -78,8 +77,9 @@ func (p *Program) Eval(ctx context.Context, in drivers.Input) ([]any, error) {
 	var params runtime.Object
 	if in.Constraint != nil {
 		params = &constraintParams{obj: in.Constraint.Object}
+		input.params = in.Constraint.Object
 	}
-	denials := p.decide(ctx, attr, params, ns)
+	denials := p.decide(ctx, attr, params, input)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ type denial struct {
 // validator (validating.validator.Validate), as Gatekeeper calls it: its
 // Deny decisions. It is kept here, not imported, because that package
 // carries the whole admission policy plugin.
-func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttributes, params runtime.Object, ns *corev1.Namespace) []denial {
+func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttributes, params runtime.Object, input activationInput) []denial {
 	onError := func(err error) []denial {
 		if p.policy == admissionregistrationv1.Ignore {
 			return nil
@@ -129,10 +129,7 @@ func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttribute
 	} else if !m.Matches {
 		return nil
 	}
-	vars := plugincel.OptionalVariableBindings{VersionedParams: params}
-	request := plugincel.CreateAdmissionRequest(attr.Attributes, metav1.GroupVersionResource(attr.GetResource()), metav1.GroupVersionKind(attr.VersionedKind))
-	namespace := plugincel.CreateNamespaceObject(ns)
-	results, remaining, err := p.validations.ForInput(ctx, attr, request, vars, namespace, celconfig.PerCallLimit)
+	results, remaining, err := p.validations.evaluate(ctx, input, celconfig.PerCallLimit)
 	if err != nil {
 		return onError(err)
 	}
@@ -142,7 +139,7 @@ func (p *Program) decide(ctx context.Context, attr *admission.VersionedAttribute
 	// even on a review that passes them all.
 	var messages []plugincel.EvaluationResult
 	if p.hasMessages {
-		messages, _, err = p.messages.ForInput(ctx, attr, request, vars, namespace, remaining)
+		messages, _, err = p.messages.evaluate(ctx, input, remaining)
 	}
 	var out []denial
 	for i, r := range results {

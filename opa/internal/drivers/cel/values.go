@@ -8,9 +8,12 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 )
 
@@ -38,8 +41,23 @@ type reviewCache struct {
 	mu   sync.Mutex
 	pods [8]podEntry
 	next int
-	ns   termCache[*corev1.Namespace]
+	ns   termCache[map[string]any]
 	user termCache[user.Info]
+	// request is the unstructured admission request of the last review:
+	// it is the same for every candidate of one pod.
+	requestMu  sync.Mutex
+	requestKey requestKey
+	request    map[string]any
+}
+
+// requestKey is what an admission request is made of.
+type requestKey struct {
+	kind      schema.GroupVersionKind
+	resource  schema.GroupVersionResource
+	namespace string
+	name      string
+	operation string
+	user      *ast.Term
 }
 
 // podEntry is a pod converted without spec.nodeName, known by the terms
@@ -75,38 +93,75 @@ func (c *termCache[T]) get(t *ast.Term, convert func(*ast.Term) (T, error)) (T, 
 	return v, err
 }
 
-// attributes are the admission attributes of review (an admission review
-// as the engine builds it: a Pod CREATE) and its Namespace.
-func (c *reviewCache) attributes(review *ast.Term) (*admission.VersionedAttributes, *corev1.Namespace, error) {
+// input is what CEL sees of review (an admission review as the engine
+// builds it: a Pod CREATE), params aside: its admission attributes (for
+// the match conditions' matcher) and the activation's unstructured
+// object, request and namespaceObject.
+func (c *reviewCache) input(review *ast.Term) (*admission.VersionedAttributes, activationInput, error) {
+	var in activationInput
 	rv, ok := review.Value.(ast.Object)
 	if !ok {
-		return nil, nil, errors.New("the review is not an object")
+		return nil, in, errors.New("the review is not an object")
 	}
 	pod, err := c.pod(rv.Get(keyObject))
 	if err != nil {
-		return nil, nil, err
+		return nil, in, err
 	}
 	ns, err := c.ns.get(rv.Get(keyNamespaceObject), namespaceOf)
 	if err != nil {
-		return nil, nil, fmt.Errorf("namespaceObject: %w", err)
+		return nil, in, fmt.Errorf("namespaceObject: %w", err)
 	}
-	userInfo, err := c.user.get(rv.Get(keyUserInfo), userOf)
+	userTerm := rv.Get(keyUserInfo)
+	userInfo, err := c.user.get(userTerm, userOf)
 	if err != nil {
-		return nil, nil, fmt.Errorf("userInfo: %w", err)
+		return nil, in, fmt.Errorf("userInfo: %w", err)
 	}
-	kind := schema.GroupVersionKind{Group: stringAt(rv, keyKind, "group"), Version: stringAt(rv, keyKind, "version"), Kind: stringAt(rv, keyKind, "kind")}
-	resource := schema.GroupVersionResource{Group: stringAt(rv, keyResource, "group"), Version: stringAt(rv, keyResource, "version"), Resource: stringAt(rv, keyResource, "resource")}
+	key := requestKey{
+		kind:      schema.GroupVersionKind{Group: stringAt(rv, keyKind, "group"), Version: stringAt(rv, keyKind, "version"), Kind: stringAt(rv, keyKind, "kind")},
+		resource:  schema.GroupVersionResource{Group: stringAt(rv, keyResource, "group"), Version: stringAt(rv, keyResource, "version"), Resource: stringAt(rv, keyResource, "resource")},
+		namespace: stringAt(rv, keyNamespace),
+		name:      stringAt(rv, keyName),
+		operation: stringAt(rv, keyOperation),
+		user:      userTerm,
+	}
 	var object *unstructured.Unstructured
 	if pod != nil {
 		object = &unstructured.Unstructured{Object: pod}
+		in.object = pod
 	}
-	attrs := admission.NewAttributesRecord(object, nil, kind, stringAt(rv, keyNamespace), stringAt(rv, keyName), resource, "",
-		admission.Operation(stringAt(rv, keyOperation)), nil, false, userInfo)
-	va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: kind}
+	attrs := admission.NewAttributesRecord(object, nil, key.kind, key.namespace, key.name, key.resource, "",
+		admission.Operation(key.operation), nil, false, userInfo)
+	va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: key.kind}
 	if object != nil {
 		va.VersionedObject = admission.NewLazyObject(object)
 	}
-	return va, ns, nil
+	if in.request, err = c.requestOf(key, va); err != nil {
+		return nil, in, err
+	}
+	if ns != nil { // an untyped nil: CEL's null
+		in.namespace = ns
+	}
+	return va, in, nil
+}
+
+// requestOf is CEL's request for the attributes va, made of key.
+func (c *reviewCache) requestOf(key requestKey, va *admission.VersionedAttributes) (map[string]any, error) {
+	c.requestMu.Lock()
+	if c.request != nil && c.requestKey == key {
+		r := c.request
+		c.requestMu.Unlock()
+		return r, nil
+	}
+	c.requestMu.Unlock()
+	request := plugincel.CreateAdmissionRequest(va.Attributes, metav1.GroupVersionResource(va.GetResource()), metav1.GroupVersionKind(va.VersionedKind))
+	r, err := runtime.DefaultUnstructuredConverter.ToUnstructured(request)
+	if err != nil {
+		return nil, fmt.Errorf("failed to prepare request variable for evaluation: %w", err)
+	}
+	c.requestMu.Lock()
+	c.requestKey, c.request = key, r
+	c.requestMu.Unlock()
+	return r, nil
 }
 
 // pod is the review's object as Go values, spec.nodeName included.
@@ -275,13 +330,15 @@ func toGo(v ast.Value) (any, error) {
 	return nil, fmt.Errorf("value %v has no JSON form", v)
 }
 
-// namespaceOf is the review's namespaceObject as the typed Namespace
-// Gatekeeper hands the validator: nil when null, and nil when empty (the
+// namespaceOf is the review's namespaceObject as CEL's namespaceObject
+// sees it: the typed Namespace Gatekeeper hands the validator, cut to what
+// the validator keeps of it, as unstructured content. Nil when null, and
+// nil when empty (the
 // engine's review of a pod whose Namespace is not synced, where
 // Gatekeeper's validator gets none). A Namespace that does not convert (a
 // label that is not a string) is nil too: Gatekeeper's k8scel driver logs
 // the error and goes on without one.
-func namespaceOf(t *ast.Term) (*corev1.Namespace, error) {
+func namespaceOf(t *ast.Term) (map[string]any, error) {
 	if t == nil {
 		return nil, nil
 	}
@@ -303,7 +360,7 @@ func namespaceOf(t *ast.Term) (*corev1.Namespace, error) {
 	if err := json.Unmarshal(b, ns); err != nil {
 		return nil, nil
 	}
-	return ns, nil
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(plugincel.CreateNamespaceObject(ns))
 }
 
 // userOf is the review's userInfo as the admission attributes carry it.
