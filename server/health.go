@@ -23,7 +23,7 @@ func (s *Server) handleLivez(w http.ResponseWriter, _ *http.Request) {
 
 // handleReadyz answers 200 when every ReadinessCheck is ready, else 503
 // naming what it waits for. With ?verbose every check is listed, in
-// registration order, as "[+]check N ok" or "[-]check N waiting for: ...".
+// registration order, as "[+]NAME ok" or "[-]NAME waiting for: ...".
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.checksMu.RLock()
 	checks := s.checks[:len(s.checks):len(s.checks)]
@@ -35,8 +35,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		notes   []string
 		lines   strings.Builder
 	)
-	for i, check := range checks {
-		ready, what := check()
+	for _, check := range checks {
+		ready, what := check.Ready()
 		if ready {
 			// A ready check may still say something worth knowing, such
 			// as "answering from a stale cluster state since ...".
@@ -44,18 +44,18 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 				notes = append(notes, what)
 			}
 			if verbose && what != "" {
-				fmt.Fprintf(&lines, "[+]check %d ok: %s\n", i+1, what)
+				fmt.Fprintf(&lines, "[+]%s ok: %s\n", check.Name, what)
 			} else if verbose {
-				fmt.Fprintf(&lines, "[+]check %d ok\n", i+1)
+				fmt.Fprintf(&lines, "[+]%s ok\n", check.Name)
 			}
 			continue
 		}
 		if what == "" {
-			what = fmt.Sprintf("check %d", i+1)
+			what = check.Name
 		}
 		waiting = append(waiting, what)
 		if verbose {
-			fmt.Fprintf(&lines, "[-]check %d waiting for: %s\n", i+1, what)
+			fmt.Fprintf(&lines, "[-]%s waiting for: %s\n", check.Name, what)
 		}
 	}
 	// The policy set's health is always ready (see policyhealth.go); what

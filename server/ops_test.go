@@ -15,19 +15,18 @@ import (
 func TestHealth(t *testing.T) {
 	var templates, inventory atomic.Bool
 	s, _ := newTestServer(t, Options{ReadinessChecks: []ReadinessCheck{
-		func() (bool, string) {
+		{Name: "templates", Ready: func() (bool, string) {
 			if templates.Load() {
 				return true, ""
 			}
 			return false, "templates to sync"
-		},
-		nil, // ignored
-		func() (bool, string) {
+		}},
+		{Name: "inventory", Ready: func() (bool, string) {
 			if inventory.Load() {
 				return true, "answering from a stale inventory"
 			}
 			return false, "node inventory to sync"
-		},
+		}},
 	}})
 	h := s.Handler()
 
@@ -46,21 +45,33 @@ func TestHealth(t *testing.T) {
 	check("/readyz", 503, "not ready: waiting for templates to sync, node inventory to sync\n")
 	templates.Store(true)
 	check("/readyz", 503, "not ready: waiting for node inventory to sync\n")
-	check("/readyz?verbose", 503, "[+]check 1 ok\n[-]check 2 waiting for: node inventory to sync\n[+]policies ok\nreadyz check failed\n")
+	check("/readyz?verbose", 503, "[+]templates ok\n[-]inventory waiting for: node inventory to sync\n[+]policies ok\nreadyz check failed\n")
 	inventory.Store(true)
 	check("/readyz", 200, "ok\nwarning: answering from a stale inventory\n")
-	check("/readyz?verbose", 200, "[+]check 1 ok\n[+]check 2 ok: answering from a stale inventory\n[+]policies ok\nreadyz check passed\n")
+	check("/readyz?verbose", 200, "[+]templates ok\n[+]inventory ok: answering from a stale inventory\n[+]policies ok\nreadyz check passed\n")
 
 	var late atomic.Bool
-	s.AddReadinessCheck(func() (bool, string) { return late.Load(), "" })
-	check("/readyz", 503, "not ready: waiting for check 3\n")
+	if err := s.AddReadinessCheck(ReadinessCheck{Name: "late", Ready: func() (bool, string) { return late.Load(), "" }}); err != nil {
+		t.Fatal(err)
+	}
+	check("/readyz", 503, "not ready: waiting for late\n")
+	check("/readyz?verbose", 503, "[+]templates ok\n[+]inventory ok: answering from a stale inventory\n[-]late waiting for: late\n[+]policies ok\nreadyz check failed\n")
 	late.Store(true)
 	check("/readyz", 200, "ok\nwarning: answering from a stale inventory\n")
 
 	// Liveness does not depend on readiness.
-	s2, _ := newTestServer(t, Options{ReadinessChecks: []ReadinessCheck{func() (bool, string) { return false, "never" }}})
+	s2, _ := newTestServer(t, Options{ReadinessChecks: []ReadinessCheck{{Name: "never", Ready: func() (bool, string) { return false, "never" }}}})
 	if rec := do(t, s2.Handler(), http.MethodGet, "/livez", ""); rec.Code != 200 {
 		t.Errorf("livez %d", rec.Code)
+	}
+	// A check without a name or a function is refused.
+	for _, c := range []ReadinessCheck{{Ready: func() (bool, string) { return true, "" }}, {Name: "two words", Ready: func() (bool, string) { return true, "" }}, {Name: "nil"}} {
+		if _, err := New(Options{Policy: &fakePolicy{}, ReadinessChecks: []ReadinessCheck{c}}); err == nil {
+			t.Errorf("check %q accepted", c.Name)
+		}
+		if err := s.AddReadinessCheck(c); err == nil {
+			t.Errorf("check %q added", c.Name)
+		}
 	}
 	// No checks: ready.
 	s3, _ := newTestServer(t, Options{})

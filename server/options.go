@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,13 +40,28 @@ type Binder interface {
 	GetPod(ctx context.Context, namespace, name string) (*v1.Pod, error)
 }
 
-// ReadinessCheck reports whether one dependency of the service is ready
-// and, when it is not, what it is waiting for (shown by /readyz). A ready
-// check may return a note (for example that it answers from a stale
-// state); /readyz shows it as a warning and still answers 200. It is
-// called on every /readyz request and must be cheap and safe for
-// concurrent use.
-type ReadinessCheck func() (ready bool, waitingFor string)
+// ReadinessCheck is one dependency of the service that /readyz waits for,
+// by name (shown by /readyz?verbose as "[+]NAME ok").
+type ReadinessCheck struct {
+	// Name is short and stable, such as "policy-dir" or "cluster-sync".
+	Name string
+	// Ready reports whether the dependency is ready and, when it is not,
+	// what it is waiting for. A ready check may return a note (for
+	// example that it answers from a stale state); /readyz shows it as a
+	// warning and still answers 200. It is called on every /readyz
+	// request and must be cheap and safe for concurrent use.
+	Ready func() (ready bool, waitingFor string)
+}
+
+func (c ReadinessCheck) valid() error {
+	switch {
+	case c.Name == "" || strings.ContainsAny(c.Name, " \t\n"):
+		return fmt.Errorf("server: readiness check name %q: want a short name without spaces", c.Name)
+	case c.Ready == nil:
+		return fmt.Errorf("server: readiness check %s has no Ready function", c.Name)
+	}
+	return nil
+}
 
 const (
 	// DefaultRequestTimeout is the default Options.RequestTimeout.

@@ -111,9 +111,10 @@ func New(opts Options) (*Server, error) {
 		s.enforcementPoint = opa.DefaultEnforcementPoint
 	}
 	for _, c := range opts.ReadinessChecks {
-		if c != nil {
-			s.checks = append(s.checks, c)
+		if err := c.valid(); err != nil {
+			return nil, err
 		}
+		s.checks = append(s.checks, c)
 	}
 	s.policyHealth = policyHealth(s.policy)
 	for _, out := range opts.Decisions {
@@ -141,13 +142,14 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // AddReadinessCheck registers one more check for /readyz.
-func (s *Server) AddReadinessCheck(c ReadinessCheck) {
-	if c == nil {
-		return
+func (s *Server) AddReadinessCheck(c ReadinessCheck) error {
+	if err := c.valid(); err != nil {
+		return err
 	}
 	s.checksMu.Lock()
 	s.checks = append(s.checks, c)
 	s.checksMu.Unlock()
+	return nil
 }
 
 func (s *Server) routes() http.Handler {

@@ -23,8 +23,8 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	releaseLoad = func() { released.Add(1) }
 	var ready atomic.Bool
 	checks := []server.ReadinessCheck{
-		func() (bool, string) { return true, "" },
-		func() (bool, string) { return ready.Load(), "the test's source" },
+		{Name: "ready", Ready: func() (bool, string) { return true, "" }},
+		{Name: "source", Ready: func() (bool, string) { return ready.Load(), "the test's source" }},
 	}
 	stop := startHeapFloorWhenReady(context.Background(), 1<<30, 0, checks)
 	for range 5 {
@@ -55,7 +55,7 @@ func TestHeapFloorWaitsForTheSources(t *testing.T) {
 	}
 
 	// Stopped before the sources are ready: nothing starts.
-	stop = startHeapFloorWhenReady(context.Background(), 1<<30, 0, []server.ReadinessCheck{func() (bool, string) { return false, "never" }})
+	stop = startHeapFloorWhenReady(context.Background(), 1<<30, 0, []server.ReadinessCheck{{Name: "never", Ready: func() (bool, string) { return false, "never" }}})
 	stop()
 	runtime.GC()
 	if p := gogc(); p != 100 {

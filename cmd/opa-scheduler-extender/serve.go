@@ -244,7 +244,7 @@ var releaseLoad = debug.FreeOSMemory
 
 func allReady(checks []server.ReadinessCheck) bool {
 	for _, c := range checks {
-		if ok, _ := c(); !ok {
+		if ok, _ := c.Ready(); !ok {
 			return false
 		}
 	}
@@ -332,7 +332,7 @@ func serve(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		}
 		go cluster.Run(ctx)
 		sopts.Binder = server.NewKubeBinder(client, f.bindTimeout)
-		sopts.ReadinessChecks = append(sopts.ReadinessChecks, cluster.Ready)
+		sopts.ReadinessChecks = append(sopts.ReadinessChecks, server.ReadinessCheck{Name: "cluster-sync", Ready: cluster.Ready})
 		debugSources = append(debugSources, func() any { return cluster.Status() })
 		if f.requeueNudge {
 			nudger = source.NewNudger(client, engine, log.With("component", "requeue-nudge"))
@@ -363,7 +363,7 @@ func startFolder(ctx context.Context, f serveFlags, engine source.Applier, sopts
 		return nil, err
 	}
 	go dir.Run(ctx)
-	sopts.ReadinessChecks = append(sopts.ReadinessChecks, dir.Ready)
+	sopts.ReadinessChecks = append(sopts.ReadinessChecks, server.ReadinessCheck{Name: "policy-dir", Ready: dir.Ready})
 	sopts.Registry = prometheus.NewRegistry()
 	for _, c := range folderMetrics(dir) {
 		if err := sopts.Registry.Register(c); err != nil {

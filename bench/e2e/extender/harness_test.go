@@ -80,7 +80,7 @@ func startService(t *testing.T, c *cluster.Cluster, opts serviceOptions) *servic
 		Policy:          engine,
 		Binder:          server.NewKubeBinder(client, 5*time.Second),
 		Logger:          log.With("component", "server"),
-		ReadinessChecks: []server.ReadinessCheck{src.Ready},
+		ReadinessChecks: []server.ReadinessCheck{{Name: "cluster-sync", Ready: src.Ready}},
 	}
 	if !opts.NoNudge {
 		s.Nudger = source.NewNudger(client, engine, log.With("component", "nudge"))

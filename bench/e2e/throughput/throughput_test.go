@@ -576,7 +576,7 @@ func startService(t *testing.T, c *cluster.Cluster, wantTemplates, wantConstrain
 		t.Fatal(err)
 	}
 	go src.Run(ctx)
-	srv, err := server.New(server.Options{Policy: engine, Logger: log, ReadinessChecks: []server.ReadinessCheck{src.Ready}})
+	srv, err := server.New(server.Options{Policy: engine, Logger: log, ReadinessChecks: []server.ReadinessCheck{{Name: "cluster-sync", Ready: src.Ready}}})
 	if err != nil {
 		t.Fatal(err)
 	}
