@@ -17,7 +17,7 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *pflag.FlagSet) {
-	fs.BoolVar(&f.k8sNativeValidation, "enable-k8s-native-validation", true, "run a template's K8sNativeValidation (CEL) code when it has some, as Gatekeeper does; false: run templates on Rego and refuse those with CEL code only")
+	fs.BoolVar(&f.k8sNativeValidation, "enable-k8s-native-validation", true, "run a template's CEL code when it has some, as Gatekeeper does; false: Rego only")
 	fs.StringVar(&f.defaultFailurePolicy, "default-k8s-native-validation-failure-policy", "Fail", "failure policy of K8sNativeValidation code that names none: Fail (an evaluation error denies) or Ignore")
 }
 

@@ -64,10 +64,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&f.policyDir, "policy-dir", "", "judge with the templates and constraints of this folder instead of the cluster's (inventory still from the cluster), as a plugin profile with policyDir does")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "how long to wait for the cluster's policies and inventory")
 	f.engines.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, explainHelp)
-		fs.PrintDefaults()
-	}
+	fs.Usage = flagUsage(stderr, explainHelp, fs)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}

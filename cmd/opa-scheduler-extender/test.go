@@ -53,10 +53,7 @@ func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	enforcementPoint := fs.String("enforcement-point", opa.DefaultEnforcementPoint, "this service's name in scopedEnforcementActions")
 	var engines engineFlags
 	engines.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, testHelp)
-		fs.PrintDefaults()
-	}
+	fs.Usage = flagUsage(stderr, testHelp, fs)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}

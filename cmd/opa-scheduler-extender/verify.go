@@ -41,10 +41,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		"the enforcement point whose scopedEnforcementActions say which constraints count")
 	var engines engineFlags
 	engines.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, verifyHelp)
-		fs.PrintDefaults()
-	}
+	fs.Usage = flagUsage(stderr, verifyHelp, fs)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
