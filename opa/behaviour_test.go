@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 func obj(t testing.TB, y string) *unstructured.Unstructured {
@@ -391,7 +390,7 @@ violation[{"msg": "reached out"}] {
 // templates do) is evaluated once per (pod class, node class): replicas
 // with other names reuse the verdicts, each with its own name put back.
 func TestPrintedPodNameSharesVerdicts(t *testing.T) {
-	objs, err := source.ReadObjects(strings.NewReader(`
+	objs, err := readObjects(strings.NewReader(`
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
 metadata: {name: k8snamedpool}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // FuzzApply feeds arbitrary YAML to the template compiler and the rest of
@@ -29,7 +28,7 @@ func FuzzApply(f *testing.F) {
 	}
 	f.Cleanup(func() { e.Close(context.Background()) })
 	f.Fuzz(func(t *testing.T, data []byte) {
-		objs, err := source.ReadObjects(bytes.NewReader(data))
+		objs, err := readObjects(bytes.NewReader(data))
 		if err != nil {
 			return
 		}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // exemptLibYAML is the library's exempt_container lib as a template's
@@ -223,7 +222,7 @@ metadata: {name: helper-ruleref}
 
 func helperEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(helperPolicies))
+	objs, err := readObjects(strings.NewReader(helperPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +360,7 @@ func TestHelperKeysWhilePoliciesChange(t *testing.T) {
 	cands := []opa.Candidate{{Name: "n-1"}, {Name: "n-2"}}
 	images := []any{"safe.io/a:1", "registry.io/b:1", "registry.io/c:latest", "debug/d", "tools.io/debug:1.0", "registry.io/e@sha256:00"}
 	withExempt := func(i int) *unstructured.Unstructured {
-		objs, err := source.ReadObjects(strings.NewReader(helperPolicies))
+		objs, err := readObjects(strings.NewReader(helperPolicies))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,7 +464,7 @@ spec:
 // value; verdicts stay those of the engine without memo.
 func TestSharedHelperAnswers(t *testing.T) {
 	policies := func(cExempt string) []*unstructured.Unstructured {
-		objs, err := source.ReadObjects(strings.NewReader(sharedHelperPolicies(cExempt)))
+		objs, err := readObjects(strings.NewReader(sharedHelperPolicies(cExempt)))
 		if err != nil {
 			t.Fatal(err)
 		}

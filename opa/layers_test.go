@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,51 +18,46 @@ const (
 	opaModule = "github.com/open-policy-agent/opa/"
 )
 
-// layers lists, for every package of the main module, the packages of the
-// module it may import (directly; test files excluded). The engine's layers
-// point one way: the vocabulary (opa/policy) and the leaf utilities import
-// nothing of the project; Gatekeeper's semantics, the inventory and the
-// evaluator seam import only what is below them; a driver imports the
-// seam, never another driver or the engine; the engine (opa) imports the
-// layers below and nothing that feeds or serves it; sources and front ends
-// sit above it, and only cmd wires them together. A package missing from
-// this table fails the test: a new package takes a place deliberately.
-var layers = map[string][]string{
-	"opa/policy":             nil,
-	"opa/freelist":           nil,
-	"opa/internal/analysis":  nil,
-	"opa/internal/compact":   nil,
-	"opa/internal/jsonvalue": nil,
-	"opa/internal/memo":      nil,
-	"opa/internal/lookup": {
-		"opa/internal/analysis", "opa/internal/memo"},
-	"opa/internal/gatekeeper": {
-		"opa/policy"},
-	"opa/internal/inventory": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue"},
-	"opa/internal/verdict": {
-		"opa/internal/analysis", "opa/internal/gatekeeper", "opa/internal/lookup"},
-	"opa/internal/drivers": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper"},
-	"opa/internal/drivers/rego": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper", "opa/internal/drivers"},
-	"opa/internal/drivers/cel": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/inventory", "opa/internal/gatekeeper", "opa/internal/drivers"},
-	"opa/internal/policyset": {
-		"opa/policy", "opa/internal/analysis", "opa/internal/memo", "opa/internal/lookup", "opa/internal/verdict",
-		"opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers"},
-	"opa": {
-		"opa/policy", "opa/freelist", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue", "opa/internal/memo",
-		"opa/internal/lookup", "opa/internal/verdict", "opa/internal/gatekeeper", "opa/internal/inventory", "opa/internal/drivers", "opa/internal/drivers/rego", "opa/internal/drivers/cel", "opa/internal/policyset"},
-	"opa/enginemetrics":                    {"opa", "opa/policy"},
-	"opa/source":                           {"opa", "opa/policy"},
-	"opa/verify":                           {"opa", "opa/policy", "opa/source"},
-	"opa/opatest":                          {"opa", "opa/policy", "opa/source"},
-	"server":                               {"opa", "opa/policy", "opa/freelist", "opa/enginemetrics"},
-	"cmd/opa-scheduler-extender/heapfloor": nil,
-	"cmd/opa-scheduler-extender": {
-		"opa", "opa/policy", "opa/source", "opa/verify", "opa/enginemetrics", "server", "cmd/opa-scheduler-extender/heapfloor"},
+// ranks are the packages of the repository, the plugin module's
+// included, from the bottom up: a package may import only packages of the
+// ranks below its own, in its code and in its tests (a package's external
+// tests import the package itself). The vocabulary (opa/policy) and the
+// leaf utilities import nothing of the project; then Gatekeeper's
+// semantics and the memo's keys; the inventory and the verdicts; the
+// evaluator seam (drivers); the drivers, which never import each other;
+// the policy set; the engine (opa), which imports nothing that feeds or
+// serves it; its sources; the fixtures and verify; the HTTP service; and
+// cmd, which wires them together. A package missing from this list fails
+// the test: a new package takes a place deliberately.
+var ranks = [][]string{
+	{"opa/policy", "opa/freelist", "opa/internal/analysis", "opa/internal/compact", "opa/internal/jsonvalue",
+		"opa/internal/memo", "cmd/opa-scheduler-extender/heapfloor"},
+	{"opa/internal/lookup", "opa/internal/gatekeeper"},
+	{"opa/internal/inventory", "opa/internal/verdict"},
+	{"opa/internal/drivers"},
+	{"opa/internal/drivers/rego", "opa/internal/drivers/cel"},
+	{"opa/internal/policyset"},
+	{"opa"},
+	{"opa/enginemetrics", "opa/source"},
+	{"opa/opatest", "opa/verify"},
+	{"server"},
+	{"cmd/opa-kube-scheduler/gatekeeper", "cmd/opa-scheduler-extender"},
+	{"cmd/opa-kube-scheduler"},
 }
+
+// rankOf is each package's rank.
+func rankOf() map[string]int {
+	out := map[string]int{}
+	for r, pkgs := range ranks {
+		for _, p := range pkgs {
+			out[p] = r
+		}
+	}
+	return out
+}
+
+// pluginModule is the plugin build's module, checked with the main one.
+const pluginModule = "cmd/opa-kube-scheduler"
 
 func TestImportsPointOneWay(t *testing.T) {
 	root, err := filepath.Abs("..")
@@ -76,45 +70,52 @@ func TestImportsPointOneWay(t *testing.T) {
 		// capabilities): one of them in the engine changes what it accepts.
 		t.Errorf("%s imports OPA's v0 API; use github.com/open-policy-agent/opa/v1/...", at)
 	}
-	if len(imports) < len(layers)/2 {
-		t.Fatalf("found %d packages under %s; is this the module root?", len(imports), root)
+	rank := rankOf()
+	if len(imports) < len(rank)/2 || imports[pluginModule] == nil {
+		t.Fatalf("found %d packages under %s (plugin module: %v); is this the module root?", len(imports), root, imports[pluginModule] != nil)
 	}
 	for pkg, got := range imports {
-		allowed, known := layers[pkg]
+		r, known := rank[pkg]
 		if !known {
-			t.Errorf("package %s is not in the layers table: give it a place (layers_test.go)", pkg)
+			t.Errorf("package %s has no rank: give it a place (layers_test.go)", pkg)
 			continue
 		}
-		for _, imp := range got {
-			if !slices.Contains(allowed, imp) {
-				t.Errorf("%s imports %s, which its layer may not", pkg, imp)
+		for imp, at := range got {
+			if imp == pkg { // its external tests
+				continue
+			}
+			if ir, ok := rank[imp]; !ok || ir >= r {
+				t.Errorf("%s (rank %d) imports %s (rank %d) in %s: a package imports only ranks below its own", pkg, r, imp, ir, at)
 			}
 		}
 	}
-	for pkg := range layers {
+	for pkg := range rank {
 		if _, found := imports[pkg]; !found {
-			t.Errorf("the layers table names %s, which has no Go files", pkg)
+			t.Errorf("the ranks name %s, which has no Go files", pkg)
 		}
 	}
 }
 
 // moduleImports reads the Go files of every package of the main module
-// under root (nested modules and testdata skipped) and gives each
-// package's imports of the module from its non-test files, both relative
-// to the module path, and the files (tests included) that import OPA's v0
-// API.
-func moduleImports(t *testing.T, root string) (map[string][]string, []string) {
+// and of the plugin module under root (other nested modules and testdata
+// skipped) and gives each package's imports of the main module, from its
+// files and its tests, both relative to the module path, with a file that
+// imports each; and the files that import OPA's v0 API.
+func moduleImports(t *testing.T, root string) (map[string]map[string]string, []string) {
 	t.Helper()
-	out := map[string][]string{}
+	out := map[string]map[string]string{}
 	var v0 []string
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
 			name := d.Name()
-			if path != root && (name == "testdata" || strings.HasPrefix(name, ".") || fileExists(filepath.Join(path, "go.mod"))) {
+			nested := rel != pluginModule && fileExists(filepath.Join(path, "go.mod"))
+			if path != root && (name == "testdata" || strings.HasPrefix(name, ".") || nested) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -126,24 +127,19 @@ func moduleImports(t *testing.T, root string) (map[string][]string, []string) {
 		if err != nil {
 			return err
 		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		if _, ok := out[pkg]; !ok {
+			out[pkg] = map[string]string{}
+		}
 		for _, spec := range f.Imports {
 			p, _ := strconv.Unquote(spec.Path.Value)
 			if strings.HasPrefix(p, opaModule) && !strings.HasPrefix(p, opaModule+"v1/") {
 				v0 = append(v0, fmt.Sprintf("%s (%s)", path, p))
 			}
-		}
-		if strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		pkg := filepath.ToSlash(rel)
-		if _, ok := out[pkg]; !ok {
-			out[pkg] = nil
-		}
-		for _, spec := range f.Imports {
-			p, _ := strconv.Unquote(spec.Path.Value)
-			if dep, ok := strings.CutPrefix(p, module); ok && !slices.Contains(out[pkg], dep) {
-				out[pkg] = append(out[pkg], dep)
+			if dep, ok := strings.CutPrefix(p, module); ok {
+				if _, seen := out[pkg][dep]; !seen {
+					out[pkg][dep] = rel
+				}
 			}
 		}
 		return nil

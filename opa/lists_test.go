@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // listPolicies read containers element by element, the way most of
@@ -110,7 +109,7 @@ metadata: {name: list-map}
 
 func listEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(listPolicies))
+	objs, err := readObjects(strings.NewReader(listPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}

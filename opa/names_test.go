@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // printingPolicies name the pod and the node in their messages in the ways
@@ -51,7 +50,7 @@ func printingEngine(t testing.TB, opts opa.Options, nodeNames []string) *opa.Eng
 
 func printingEngineOf(t testing.TB, opts opa.Options, nodeNames []string, policies string) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(policies))
+	objs, err := readObjects(strings.NewReader(policies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +139,7 @@ func FuzzPrintedNames(f *testing.F) {
 // array (status.addresses[0]) cannot hold a placeholder; it stays in the
 // key, so nodes of one pool never share each other's addresses.
 func TestPrintedValueBehindAnArray(t *testing.T) {
-	objs, err := source.ReadObjects(strings.NewReader(`
+	objs, err := readObjects(strings.NewReader(`
 apiVersion: templates.gatekeeper.sh/v1
 kind: ConstraintTemplate
 metadata: {name: k8saddress}
@@ -213,7 +212,7 @@ metadata: {name: several}
 // may not conflict. Answers are those without memo, and replicas (new
 // names, no conflict) cost no evaluation.
 func TestPrintedThroughSeveralDefinitions(t *testing.T) {
-	objs, err := source.ReadObjects(strings.NewReader(severalDefinitionsPolicy))
+	objs, err := readObjects(strings.NewReader(severalDefinitionsPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}

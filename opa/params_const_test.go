@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // paramLabelTemplate reads the node's label named by a parameter, and the
@@ -122,7 +121,7 @@ func paramNodes(n int) ([]*unstructured.Unstructured, []opa.Candidate) {
 
 func paramEngine(t *testing.T, opts opa.Options, policies string, nodes []*unstructured.Unstructured) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(policies))
+	objs, err := readObjects(strings.NewReader(policies))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // statusNode is a Node with a status that kubelets rewrite all the time.
@@ -47,7 +46,7 @@ func TestNodeUpdatesKeepNoStaleCopies(t *testing.T) {
 	if raceEnabled && nodes > 1000 {
 		nodes = 1000
 	}
-	objs, err := source.ReadObjects(strings.NewReader(printingPolicies))
+	objs, err := readObjects(strings.NewReader(printingPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}

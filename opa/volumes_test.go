@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/source"
 )
 
 // volumePolicies read a pod's volumes and mounts the ways Gatekeeper's
@@ -195,7 +194,7 @@ func volumePod(name, token string, mutate ...func(map[string]any)) map[string]an
 
 func volumeEngine(t testing.TB, opts opa.Options) *opa.Engine {
 	t.Helper()
-	objs, err := source.ReadObjects(strings.NewReader(volumePolicies))
+	objs, err := readObjects(strings.NewReader(volumePolicies))
 	if err != nil {
 		t.Fatal(err)
 	}
