@@ -26,6 +26,8 @@ import (
 
 // answerMemory is what an answer took from the pools, and its references.
 type answerMemory struct {
+	// pools are the engine's, which the memory goes back to.
+	pools *pools
 	mu    sync.Mutex
 	refs  int
 	nodes *[]NodeVerdict
@@ -42,33 +44,51 @@ type answerMemory struct {
 	source *Placement // the answer this one was cut from (restrict)
 }
 
-// The answers' lists, kept for the next answers (package freelist says
-// why not sync.Pool). An answer has a column of cells for each constraint
-// that denied or scored one of its candidates: more cell lists than
-// answers are in use at once.
-var (
-	verdictPool = freelist.List[*[]NodeVerdict]{New: newSlice[NodeVerdict]}
-	columnPool  = freelist.List[*[]column]{New: newSlice[column]}
-	commonPool  = freelist.List[*[]Violation]{New: newSlice[Violation]}
-	cellPool    = freelist.List[*[]cell]{New: newSlice[cell], Max: 128}
-	atPool      = freelist.List[*[]int32]{New: newSlice[int32]}
-)
+// pools are an engine's free lists of the memory its answers and requests
+// reuse (package freelist says why not sync.Pool), each bounded. An
+// answer has a column of cells for each constraint that denied or scored
+// one of its candidates: more cell lists than answers are in use at once.
+type pools struct {
+	verdicts   freelist.List[*[]NodeVerdict]
+	columns    freelist.List[*[]column]
+	commons    freelist.List[*[]Violation]
+	cells      freelist.List[*[]cell]
+	ats        freelist.List[*[]int32]
+	positions  freelist.List[*[]int] // reuse.go
+	binds      freelist.List[*verdict.Bindings]
+	scratch    freelist.List[*scratch]
+	podBuffers freelist.List[*podBuffers]
+}
+
+func newPools() *pools {
+	return &pools{
+		verdicts:   freelist.List[*[]NodeVerdict]{New: newSlice[NodeVerdict]},
+		columns:    freelist.List[*[]column]{New: newSlice[column]},
+		commons:    freelist.List[*[]Violation]{New: newSlice[Violation]},
+		cells:      freelist.List[*[]cell]{New: newSlice[cell], Max: 128},
+		ats:        freelist.List[*[]int32]{New: newSlice[int32]},
+		positions:  freelist.List[*[]int]{New: newSlice[int]},
+		binds:      freelist.List[*verdict.Bindings]{New: func() *verdict.Bindings { return new(verdict.Bindings) }, Max: 32},
+		scratch:    freelist.List[*scratch]{New: func() *scratch { return new(scratch) }},
+		podBuffers: freelist.List[*podBuffers]{New: func() *podBuffers { return new(podBuffers) }},
+	}
+}
 
 // newSlice is a List's New for lists of T.
 func newSlice[T any]() *[]T { return new([]T) }
 
-// newPooledPlacement is an answer for n candidates whose node verdicts
-// come from the pool, with one reference (the caller's); for none, an
-// answer whose memory is not counted.
-func newPooledPlacement(n int) *Placement {
+// newPlacement is an answer for n candidates whose node verdicts come from
+// the pools, with one reference (the caller's); for none, an answer whose
+// memory is not counted.
+func (ps *pools) newPlacement(n int) *Placement {
 	if n == 0 {
 		// A pod's query without candidates (PreparePod keeps it): nothing
 		// to recycle, and no pooled array to pin.
 		return &Placement{}
 	}
-	nodes := verdictPool.Get()
+	nodes := ps.verdicts.Get()
 	*nodes = zeroed(*nodes, n) // Release clears it before it goes back
-	return &Placement{Nodes: *nodes, mem: &answerMemory{refs: 1, nodes: nodes}}
+	return &Placement{Nodes: *nodes, mem: &answerMemory{refs: 1, nodes: nodes, pools: ps}}
 }
 
 // newCells gives n zeroed cells for one of p's columns, from the pool
@@ -77,7 +97,7 @@ func (p *Placement) newCells(n int) []cell {
 	if p.mem == nil {
 		return make([]cell, n)
 	}
-	c := cellPool.Get()
+	c := p.mem.pools.cells.Get()
 	*c = zeroed(*c, n) // Release clears it before it goes back
 	p.mem.mu.Lock()
 	p.mem.cells = append(p.mem.cells, c)
@@ -91,7 +111,7 @@ func (p *Placement) newColumns(n int) []column {
 	if p.mem == nil {
 		return make([]column, 0, n)
 	}
-	return takeList(&columnPool, &p.mem.columns, n)
+	return takeList(&p.mem.pools.columns, &p.mem.columns, n)
 }
 
 // newCommon is the same for p's Common.
@@ -99,7 +119,7 @@ func (p *Placement) newCommon(n int) []Violation {
 	if p.mem == nil {
 		return make([]Violation, 0, n)
 	}
-	return takeList(&commonPool, &p.mem.common, n)
+	return takeList(&p.mem.pools.commons, &p.mem.common, n)
 }
 
 // takeList takes from pool an empty list of capacity at least n, and
@@ -134,7 +154,7 @@ func giveList[T any](pool *freelist.List[*[]T], slot **[]T, cur []T) {
 // newAt gives p (an answer being cut from source, which must hold a
 // reference taken for p) its node map of n entries.
 func (p *Placement) newAt(n int, source *Placement) []int32 {
-	at := atPool.Get()
+	at := p.mem.pools.ats.Get()
 	*at = resize(*at, n)
 	p.mem.at, p.mem.source = at, source
 	return *at
@@ -179,21 +199,21 @@ func (p *Placement) Release() {
 		return
 	}
 	clear(*m.nodes) // names: the pool must not keep them alive
-	verdictPool.Put(m.nodes)
+	m.pools.verdicts.Put(m.nodes)
 	for _, c := range m.cells {
 		clear(*c) // printed values
-		cellPool.Put(c)
+		m.pools.cells.Put(c)
 	}
 	if m.at != nil {
-		atPool.Put(m.at)
+		m.pools.ats.Put(m.at)
 	}
 	for _, b := range m.binds {
 		clear((*b)[:cap(*b)]) // printed values
 		*b = (*b)[:0]
-		bindPool.Put(b)
+		m.pools.binds.Put(b)
 	}
-	giveList(&columnPool, &m.columns, p.columns)
-	giveList(&commonPool, &m.common, p.Common)
+	giveList(&m.pools.columns, &m.columns, p.columns)
+	giveList(&m.pools.commons, &m.common, p.Common)
 	m.nodes, m.cells, m.at, m.binds = nil, nil, nil, nil
 	// A reader that breaks the contract finds nothing rather than another
 	// answer's verdicts (and the race detector sees it).

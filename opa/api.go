@@ -43,7 +43,7 @@ type PlacementRequest struct {
 	// Pod is the pod being scheduled, as unstructured content
 	// (apiVersion/kind may be missing: they are set to v1/Pod).
 	Pod map[string]any
-	// Decoded is the pod already converted (DecodePod, NewPod): when set,
+	// Decoded is the pod already converted (PodDecoder, DecodePod, NewPod): when set,
 	// Pod is not read.
 	Decoded *Pod
 	// Candidates are the nodes to judge, in the scheduler's order. A name

@@ -44,7 +44,7 @@
 //
 // Speed comes from decisions made when a template is compiled and a
 // constraint bound: inputs are converted to ast.Value once per request
-// (a pod straight from its JSON with DecodePod, package internal/jsonvalue);
+// (a pod straight from its JSON with a PodDecoder, package internal/jsonvalue);
 // templates that cannot read the candidate node are evaluated once per pod
 // class and their verdict kept once per answer (Placement.Common), not once
 // per node; every deterministic template is memoised on a key made of

@@ -114,6 +114,12 @@ type Engine struct {
 	workloadKeys workloadKeys
 	// namespaces are the namespaces' labels as matching reads them.
 	namespaces namespaceCache
+	// printed shares the printed values of nodes (evaluate.go), workers
+	// evaluate a request's memo misses in parallel (prefetch.go).
+	printed printedOnce
+	workers *workerPool
+	// pools hold the memory answers and requests reuse (answermem.go).
+	pools *pools
 	// reg numbers what every policy set shares (policyset.go).
 	reg *policyset.Registry
 
@@ -188,6 +194,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		templates:   map[string]*templateState{},
 		constraints: map[policy.ConstraintKey]*constraintState{},
 		invCounts:   map[string]int{},
+		workers:     newWorkerPool(),
+		pools:       newPools(),
 	}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 	e.inv = inventory.New(e.store)

@@ -194,11 +194,11 @@ func (r *request) release() {
 		r.stopCancel = nil
 	}
 	if r.scratch != nil {
-		r.scratch.release()
+		r.scratch.release(&r.e.pools.scratch)
 		r.scratch, r.slots, r.slotValues, r.slotNums, r.classAux = nil, nil, nil, nil, nil
 	}
 	if r.pb != nil {
-		r.pb.release()
+		r.pb.release(&r.e.pools.podBuffers)
 		r.pb = nil
 	}
 }
@@ -230,7 +230,7 @@ func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, expla
 
 // placement is an empty answer for the request's candidates.
 func (r *request) placement() *Placement {
-	p := newPooledPlacement(len(r.slots))
+	p := r.e.pools.newPlacement(len(r.slots))
 	p.Generation = r.snap.Generation
 	for i, s := range r.slots {
 		p.Nodes[i].Name = s.name
@@ -370,7 +370,7 @@ func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
 // candidates fills the request's node slots: request nodes converted, the
 // others looked up in the inventory.
 func (r *request) candidates(cands []Candidate) error {
-	r.scratch = scratchPool.Get()
+	r.scratch = r.e.pools.scratch.Get()
 	r.scratch.grow(len(cands))
 	r.slots = r.scratch.slots
 	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)
@@ -675,7 +675,7 @@ func (r *request) printed(bc *policyset.BoundConstraint, i int, subst bool) *nod
 	if printed, _ := r.classAux[i].(*nodePrinted); printed != nil {
 		return printed
 	}
-	_, printed := project(bc, r.slots[i].name, r.slots[i].value)
+	_, printed := r.project(bc, r.slots[i].name, r.slots[i].value)
 	return printed
 }
 
@@ -736,7 +736,7 @@ func (r *request) nodeClasses(bc *policyset.BoundConstraint, p *Placement) []int
 	for i := range r.slots {
 		if ids[i] == 0 && !p.Nodes[i].Unknown {
 			s := &r.slots[i]
-			ids[i], aux[i] = bc.Classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return project(bc, s.name, s.value) })
+			ids[i], aux[i] = bc.Classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return r.project(bc, s.name, s.value) })
 		}
 	}
 	return ids
@@ -934,7 +934,7 @@ func (pr *nodePrinted) withValue(x verdict.Binding) *nodePrinted {
 // the template reads, whether the paths it only tests are true, and for
 // printed values a marker where a placeholder can stand, else the value.
 // It also gives the printed values themselves.
-func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.Array, *nodePrinted) {
+func (r *request) project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.Array, *nodePrinted) {
 	var printed *nodePrinted
 	a := bc.Analysis
 	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.NodeMsgs)+1)
@@ -960,7 +960,7 @@ func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.A
 		}
 		terms = append(terms, t)
 	}
-	return ast.NewArray(terms...), printed.shared()
+	return ast.NewArray(terms...), r.e.printed.shared(printed)
 }
 
 // nothingPrinted stands for the printed values of every node a constraint
@@ -969,37 +969,37 @@ func project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.A
 // objects for the collector to mark at 5000 Nodes. Never written to.
 var nothingPrinted = &nodePrinted{}
 
-// printedOnce holds the nodePrinted of one printed value, shared by every
-// constraint that prints that value at that place: most print the node's
-// name, and one object per node and constraint was 5 MiB of the live heap
-// with 5000 Nodes and the realistic set (a nodePrinted is never written to
-// once made). Bounded: past maxPrintedOnce values it starts over, so that
-// the names of Nodes long gone (a cluster that scales) hold at most a few
-// MiB; objects the node classes hold stay theirs.
-var printedOnce = struct {
-	sync.Mutex
-	m map[verdict.Binding]*nodePrinted
-}{m: map[verdict.Binding]*nodePrinted{}}
+// printedOnce holds an engine's nodePrinted of one printed value, shared
+// by every constraint that prints that value at that place: most print the
+// node's name, and one object per node and constraint was 5 MiB of the
+// live heap with 5000 Nodes and the realistic set (a nodePrinted is never
+// written to once made). Bounded: past maxPrintedOnce values it starts
+// over, so that the names of Nodes long gone (a cluster that scales) hold
+// at most a few MiB; objects the node classes hold stay theirs.
+type printedOnce struct {
+	mu sync.Mutex
+	m  map[verdict.Binding]*nodePrinted
+}
 
 const maxPrintedOnce = 1 << 15
 
 // shared is pr, or the nodePrinted of the same single value already made.
-func (pr *nodePrinted) shared() *nodePrinted {
+func (o *printedOnce) shared(pr *nodePrinted) *nodePrinted {
 	switch {
 	case pr == nil:
 		return nothingPrinted
 	case len(pr.bindings) != 1:
 		return pr
 	}
-	printedOnce.Lock()
-	defer printedOnce.Unlock()
-	if same := printedOnce.m[pr.bindings[0]]; same != nil {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if same := o.m[pr.bindings[0]]; same != nil {
 		return same
 	}
-	if len(printedOnce.m) >= maxPrintedOnce {
-		clear(printedOnce.m)
+	if o.m == nil || len(o.m) >= maxPrintedOnce {
+		o.m = make(map[verdict.Binding]*nodePrinted)
 	}
-	printedOnce.m[pr.bindings[0]] = pr
+	o.m[pr.bindings[0]] = pr
 	return pr
 }
 

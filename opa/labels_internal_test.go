@@ -16,6 +16,7 @@ func TestPodLabelsOfReplicas(t *testing.T) {
 		{"app": "api", "pod-template-hash": "66c8f9d7b4", "tier": "backend"},
 		{"app": "web", "pod-template-hash": "5f6b7c8d9e", "tier": "canary"},
 	}
+	pods := NewPodDecoder()
 	seen := map[int]uintptr{}
 	for i := range 30 {
 		k := i % len(sets)
@@ -23,7 +24,7 @@ func TestPodLabelsOfReplicas(t *testing.T) {
 		l := sets[k]
 		b := fmt.Appendf(nil, `{"metadata":{"name":"p-%d","namespace":"ns","uid":"u-%d","labels":`+labels+`},"spec":{"containers":[{"name":"c","image":"nginx:1.27"}]}}`,
 			i, i, l["app"], l["pod-template-hash"], l["tier"])
-		p, err := DecodePod(b)
+		p, err := pods.Decode(b)
 		if err != nil {
 			t.Fatal(err)
 		}

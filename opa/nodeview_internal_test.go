@@ -131,19 +131,24 @@ func changesOf(objs []*unstructured.Unstructured) []policy.Change {
 // place (the node classes keep one per node and constraint).
 func TestPrintedValuesShared(t *testing.T) {
 	name := verdict.NewBinding(0, "node-shared-a")
-	a := (*nodePrinted)(nil).withValue(name).shared()
-	b := (*nodePrinted)(nil).withValue(name).shared()
+	var once printedOnce
+	a := once.shared((*nodePrinted)(nil).withValue(name))
+	b := once.shared((*nodePrinted)(nil).withValue(name))
 	if a != b || len(a.bindings) != 1 || a.bindings[0] != name {
 		t.Errorf("one printed value made twice: %p and %p (%v), want one object", a, b, a.bindings)
 	}
-	if c := (*nodePrinted)(nil).withValue(verdict.NewBinding(1, "node-shared-a")).shared(); c == a {
+	if c := once.shared((*nodePrinted)(nil).withValue(verdict.NewBinding(1, "node-shared-a"))); c == a {
 		t.Error("the value printed at another place shares its object")
 	}
 	two := (*nodePrinted)(nil).withValue(name).withValue(verdict.NewBinding(1, "x"))
-	if two.shared() != two || len(two.bindings) != 2 {
+	if once.shared(two) != two || len(two.bindings) != 2 {
 		t.Error("two printed values are not kept as made")
 	}
-	if (*nodePrinted)(nil).shared() != nothingPrinted {
+	if once.shared(nil) != nothingPrinted {
 		t.Error("no printed value is not nothingPrinted")
+	}
+	var another printedOnce // another engine's
+	if another.shared((*nodePrinted)(nil).withValue(name)) == a {
+		t.Error("two engines share a printed value")
 	}
 }

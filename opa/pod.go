@@ -62,33 +62,62 @@ func (e *PodFieldError) Error() string {
 // otherwise); the rest reaches templates as it was sent, as the object of
 // an admission review does. Malformed JSON is a *jsonvalue.SyntaxError
 // (wrapped); a document that is not an object is an error too.
+// Each call reads the pod anew; a front end decodes with a PodDecoder.
 func DecodePod(b []byte) (*Pod, error) {
-	d := digestOf(b)
-	if p := decodedPods.find(d, b); p != nil {
-		return p, nil
-	}
-	v, err := podValues.Parse(b)
+	v, err := jsonvalue.Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("malformed pod JSON: %w", err)
 	}
+	return podOf(v, nil)
+}
+
+// podOf is the pod v, read strictly; labels, when not nil, keeps the
+// label maps made.
+func podOf(v ast.Value, labels *termMaps) (*Pod, error) {
 	obj, ok := v.(ast.Object)
 	if !ok {
 		return nil, &PodFieldError{Field: "(the pod)", Got: jsonType(v), Want: "object"}
 	}
-	p, err := newPod(obj, true)
+	return newPod(obj, true, labels)
+}
+
+// PodDecoder decodes pods as DecodePod does, and remembers what recurs:
+// the last pods it read with their JSON (the verbs of one scheduling
+// cycle send the same pod: each gets the same *Pod, which the engine's
+// answer reuse keys on), the parts of pods that recur across pods (a
+// ReplicaSet's containers, tolerations, affinity: read once and shared,
+// see jsonvalue.Shared; a replica's decoding allocates about a third of
+// what it did), and the label maps made. A front end (the extender's
+// server, the plugin) holds one; it is bounded (a few pods, 8192 parts
+// and 1 MiB of their JSON, a few label maps) and safe for concurrent use.
+type PodDecoder struct {
+	pods   podCache
+	values *jsonvalue.Shared
+	labels termMaps
+}
+
+// NewPodDecoder is an empty PodDecoder.
+func NewPodDecoder() *PodDecoder {
+	return &PodDecoder{values: jsonvalue.NewShared(jsonvalue.SharedLimits{})}
+}
+
+// Decode is DecodePod, with what d remembers.
+func (d *PodDecoder) Decode(b []byte) (*Pod, error) {
+	digest := digestOf(b)
+	if p := d.pods.find(digest, b); p != nil {
+		return p, nil
+	}
+	v, err := d.values.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("malformed pod JSON: %w", err)
+	}
+	p, err := podOf(v, &d.labels)
 	if err != nil {
 		return nil, err
 	}
-	decodedPods.add(d, b, p)
+	d.pods.add(digest, b, p)
 	return p, nil
 }
-
-// podValues are the parts of pods read by DecodePod that recur across
-// pods (a ReplicaSet's containers, tolerations, affinity), read once and
-// shared by the pods that repeat them (see jsonvalue.Shared): a replica's
-// decoding allocates about a third of what it did. Bounded at 8192 parts
-// and 1 MiB of their JSON.
-var podValues = jsonvalue.NewShared(jsonvalue.SharedLimits{})
 
 // NewPod converts unstructured content (apiVersion and kind may be
 // missing: they are set to v1 and Pod). Unlike DecodePod it takes any
@@ -107,7 +136,7 @@ func NewPod(content map[string]any) (*Pod, error) {
 	if !ok {
 		return nil, errors.New("pod is not an object")
 	}
-	return newPod(obj, false)
+	return newPod(obj, false, nil)
 }
 
 var (
@@ -125,8 +154,9 @@ var (
 )
 
 // newPod reads the metadata of obj; strict makes a field of the wrong
-// type an error, else it is skipped.
-func newPod(obj ast.Object, strict bool) (*Pod, error) {
+// type an error, else it is skipped. labels, when not nil, keeps the label
+// maps made, for the pods that share their terms.
+func newPod(obj ast.Object, strict bool, labels *termMaps) (*Pod, error) {
 	// Every review of a placement has a spec, the candidate's name in it
 	// (gatekeeper.WithNodeName): a pod judged once for all candidates
 	// must see one too, or has(object.spec.x) would fail where a review
@@ -165,7 +195,7 @@ func newPod(obj ast.Object, strict bool) (*Pod, error) {
 		}
 		*f.to = s
 	}
-	if p.labels, err = podLabels(md, strict); err != nil {
+	if p.labels, err = podLabels(md, strict, labels); err != nil {
 		return nil, err
 	}
 	// Annotations are only checked: the engine reads none of them itself.
@@ -268,34 +298,34 @@ func eachString(m ast.Object, key *ast.Term, strict bool, f func(k, v string)) e
 }
 
 // podLabels is the pod's labels. A ReplicaSet's replicas carry the same
-// labels, which DecodePod's shared values give as the very same term: the
-// map made for one replica serves the next ones (labelMaps), so that a
-// replica's labels cost a lookup, not a map. The map is never written once
-// made.
-func podLabels(md ast.Object, strict bool) (map[string]string, error) {
+// labels, which a PodDecoder's shared values give as the very same term:
+// the map made for one replica serves the next ones (recent, the
+// decoder's), so that a replica's labels cost a lookup, not a map. The map
+// is never written once made.
+func podLabels(md ast.Object, strict bool, recent *termMaps) (map[string]string, error) {
 	t := md.Get(termLabels)
 	if t == nil {
 		return nil, nil
 	}
-	if m, ok := labelMaps.find(t); ok {
-		return m, nil
+	if recent != nil {
+		if m, ok := recent.find(t); ok {
+			return m, nil
+		}
 	}
 	m, err := stringMap(md, termLabels, strict)
 	if err != nil {
 		return nil, err
 	}
-	if strict {
+	if strict && recent != nil {
 		// A lenient read skips values of other types: its map is not the
 		// term's whole, and a strict read of the same term must fail.
-		labelMaps.add(t, m)
+		recent.add(t, m)
 	}
 	return m, nil
 }
 
-// labelMaps are the label maps podLabels made last, by the term they were
-// read from: one per workload scheduled at once is plenty.
-var labelMaps termMaps
-
+// recentLabelMaps is how many label maps a decoder keeps, by the term
+// they were read from: one per workload scheduled at once is plenty.
 const recentLabelMaps = 8
 
 type termMaps struct {

@@ -90,7 +90,7 @@ func (r *request) prefetch(orders []int) {
 		// one-off pod's image templates need no helper answer, and its
 		// helper answers decide the other keys, made afterwards.
 		calls := r.deferredCalls()
-		inParallel(workers, len(calls)+len(jobs), func(i int) {
+		r.e.workers.inParallel(workers, len(calls)+len(jobs), func(i int) {
 			if i < len(calls) {
 				c := calls[i]
 				r.evalHelper(c.h, c.v, c.entry, c.read)
@@ -113,7 +113,7 @@ func (r *request) prefetch(orders []int) {
 	} else if len(jobs) < 2 {
 		return // evaluated in place by evalPod, with the entry found here
 	}
-	inParallel(workers, len(jobs), func(i int) { runJob(r, jobs[i]) })
+	r.e.workers.inParallel(workers, len(jobs), func(i int) { runJob(r, jobs[i]) })
 	r.evals += uint64(len(jobs))
 }
 
@@ -161,7 +161,7 @@ func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
 
 // inParallel runs do(0) ... do(n-1) on up to workers goroutines, the
 // caller's among them.
-func inParallel(workers, n int, do func(i int)) {
+func (p *workerPool) inParallel(workers, n int, do func(i int)) {
 	workers = min(workers, n)
 	var next sync.Mutex
 	i := 0
@@ -182,7 +182,7 @@ func inParallel(workers, n int, do func(i int)) {
 	var wg sync.WaitGroup
 	for w := 1; w < workers; w++ {
 		wg.Add(1)
-		evalWorkers.start(func() {
+		p.start(func() {
 			defer wg.Done()
 			run()
 		})
@@ -191,14 +191,17 @@ func inParallel(workers, n int, do func(i int)) {
 	wg.Wait()
 }
 
-// evalWorkers run inParallel's shares on goroutines that outlive a
-// request. A goroutine started for each request begins with a small
-// stack, and topdown's deep recursion grew it by copying, again on every
-// request: 4% of a one-off pod's CPU. A share finds an idle worker or
-// starts a goroutine of its own (never waits); a worker ends when
-// maxIdleWorkers others already wait, or after idleWorkerTimeout without
-// work, so that an idle engine keeps no goroutines.
-var evalWorkers = workerPool{tasks: make(chan func()), idleTimeout: idleWorkerTimeout}
+// newWorkerPool is an engine's pool of evaluation workers, which run
+// inParallel's shares on goroutines that outlive a request. A goroutine
+// started for each request begins with a small stack, and topdown's deep
+// recursion grew it by copying, again on every request: 4% of a one-off
+// pod's CPU. A share finds an idle worker or starts a goroutine of its own
+// (never waits); a worker ends when maxIdleWorkers others already wait, or
+// after idleWorkerTimeout without work, so that an idle engine keeps no
+// goroutines.
+func newWorkerPool() *workerPool {
+	return &workerPool{tasks: make(chan func()), idleTimeout: idleWorkerTimeout}
+}
 
 const (
 	// maxIdleWorkers bounds the workers kept waiting between requests.

@@ -3,7 +3,6 @@ package opa
 import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
@@ -81,7 +80,7 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 		return nil
 	}
 	if cap(r.bindArena)-len(r.bindArena) < len(b) {
-		c := bindPool.Get()
+		c := r.e.pools.binds.Get()
 		if n := max(len(b), int(r.e.bindHint.Load())); cap(*c) < n {
 			*c = make(verdict.Bindings, 0, n)
 		}
@@ -95,10 +94,6 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 	}
 	return r.bindArena[n : n+len(b) : n+len(b)]
 }
-
-// bindPool keeps the binding chunks; a request cuts a few (package
-// freelist says why not sync.Pool).
-var bindPool = freelist.List[*verdict.Bindings]{New: func() *verdict.Bindings { return new(verdict.Bindings) }, Max: 32}
 
 // handBindings gives the request's binding chunks to p, whose columns read
 // them: they go back to the pool when p's memory does. An answer whose
@@ -232,7 +227,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 	}
 	v.placed = v.placed || placed
 	if edits == nil {
-		v.key = append(v.key, lookup.KeyArrays.Array(entries))
+		v.key = append(v.key, r.e.reg.Lookup.Array(entries))
 	} else if placed {
 		*edits = append(*edits, reviewEdit{path: list[1:], rest: rest, texts: texts})
 	}

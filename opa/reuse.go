@@ -8,7 +8,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/freelist"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/policyset"
 )
 
@@ -21,8 +20,8 @@ import (
 // restricted to its candidates, when nothing the verdicts depend on can
 // have changed:
 //
-//   - the pod is the same *Pod: DecodePod gives the pod it made moments
-//     before for the same JSON, byte for byte (decodedPods), and a Pod is
+//   - the pod is the same *Pod: a PodDecoder gives the pod it made moments
+//     before for the same JSON, byte for byte (podCache), and a Pod is
 //     never changed once made;
 //   - the candidates are all named, none carried as an object, and all
 //     were candidates of the kept answer (an unknown node stays unknown:
@@ -42,7 +41,7 @@ import (
 // through its own index.
 
 // recentAnswers is how many answers Evaluate keeps, and recentPods how
-// many pods DecodePod remembers: one per scheduler profile or replica
+// many pods a PodDecoder remembers: one per scheduler profile or replica
 // calling at once is plenty.
 const (
 	recentAnswers = 4
@@ -62,10 +61,8 @@ func digestOf(b []byte) podDigest {
 	return podDigest{sum: maphash.Bytes(podDigestSeed, b), size: len(b)}
 }
 
-// decodedPods are the pods DecodePod made last, with the JSON they were
+// podCache are the pods a PodDecoder made last, with the JSON they were
 // read from (a copy: the caller's buffer is reused).
-var decodedPods podCache
-
 type podCache struct {
 	mu   sync.Mutex
 	pods [recentPods]struct {
@@ -149,8 +146,8 @@ func (c *recent) reuse(snap *policyset.Snapshot, inventory ast.Value, pod *Pod, 
 	if k == nil {
 		return nil
 	}
-	buf := positionBuffers.Get()
-	defer positionBuffers.Put(buf)
+	buf := k.p.mem.pools.positions.Get()
+	defer k.p.mem.pools.positions.Put(buf)
 	idx, ok := k.positions(cands, *buf)
 	*buf = idx
 	if !ok {
@@ -160,9 +157,6 @@ func (c *recent) reuse(snap *policyset.Snapshot, inventory ast.Value, pod *Pod, 
 	c.reused.Add(1)
 	return k.p.restrict(idx)
 }
-
-// positionBuffers recycle positions' lists (restrict copies what it keeps).
-var positionBuffers = freelist.List[*[]int]{New: newSlice[int]}
 
 // positions gives each candidate's index in the kept answer, false when
 // one is not there. kube-scheduler sends prioritize the nodes that passed
@@ -227,7 +221,7 @@ func (c *recent) keep(r *request, pod *Pod, p *Placement) {
 // prioritize call at 5000 candidates copied half a megabyte of cells
 // before); the new answer holds a reference on p, which the caller took.
 func (p *Placement) restrict(idx []int) *Placement {
-	out := newPooledPlacement(len(idx))
+	out := p.mem.pools.newPlacement(len(idx))
 	out.Common = p.Common
 	out.MatchedWarnConstraints = p.MatchedWarnConstraints
 	out.Generation = p.Generation

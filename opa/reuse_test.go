@@ -13,6 +13,9 @@ import (
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa"
 )
 
+// testPods decodes the tests' pods as a server's decoder does.
+var testPods = opa.NewPodDecoder()
+
 // decoded is p as the server gives it to the engine: decoded from its
 // JSON.
 func decoded(t testing.TB, p map[string]any) *opa.Pod {
@@ -21,7 +24,7 @@ func decoded(t testing.TB, p map[string]any) *opa.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := opa.DecodePod(b)
+	d, err := testPods.Decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,19 +297,32 @@ func TestReleasedAnswers(t *testing.T) {
 	}
 }
 
-// TestDecodePodGivesTheSamePodForTheSameJSON: the same bytes give the pod
-// decoded moments before (what lets prioritize take filter's answer);
-// other bytes, even one space apart, decode anew.
-func TestDecodePodGivesTheSamePodForTheSameJSON(t *testing.T) {
+// TestPodDecoderGivesTheSamePodForTheSameJSON: the same bytes give the
+// pod decoded moments before (what lets prioritize take filter's answer);
+// other bytes, even one space apart, decode anew; another decoder, and
+// DecodePod, share nothing with it.
+func TestPodDecoderGivesTheSamePodForTheSameJSON(t *testing.T) {
 	b, err := json.Marshal(pod("default", "same"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := opa.DecodePod(b)
+	pods := opa.NewPodDecoder()
+	first, err := pods.Decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := opa.DecodePod(append([]byte(nil), b...))
+	for name, decode := range map[string]func([]byte) (*opa.Pod, error){"another decoder": opa.NewPodDecoder().Decode, "DecodePod": opa.DecodePod} {
+		elsewhere, err := decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := elsewhere.Content()
+		want, _ := first.Content()
+		if elsewhere == first || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: gave the decoder's pod, or another one", name)
+		}
+	}
+	again, err := pods.Decode(append([]byte(nil), b...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +330,7 @@ func TestDecodePodGivesTheSamePodForTheSameJSON(t *testing.T) {
 		t.Error("the same JSON decoded to another pod")
 	}
 	spaced := append(append([]byte(nil), b[:len(b)-1]...), ' ', '}')
-	other, err := opa.DecodePod(spaced)
+	other, err := pods.Decode(spaced)
 	if err != nil {
 		t.Fatal(err)
 	}

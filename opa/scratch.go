@@ -11,7 +11,7 @@ import (
 // scratch is a request's per-candidate working memory: its node slots and
 // the node classes' buffers, one element per candidate. At 5000 candidates
 // they are about 600 KB per request that nothing keeps once the answer is
-// made, so requests reuse them (scratchPool) instead of handing them to
+// made, so requests reuse them (the engine's pools) instead of handing them to
 // the garbage collector. What the answer keeps (Placement.Nodes, the
 // columns' cells) is never taken from here.
 type scratch struct {
@@ -22,10 +22,6 @@ type scratch struct {
 	classIDs   []int
 	classAux   []any
 }
-
-// scratchPool keeps the scratch of past requests (package freelist says
-// why not sync.Pool).
-var scratchPool = freelist.List[*scratch]{New: func() *scratch { return new(scratch) }}
 
 // grow gives s's slices n elements each, zeroed: those release clears
 // are zero already.
@@ -53,7 +49,7 @@ func resize[T any](xs []T, n int) []T {
 // clear it again. While the collector marks, clearing a list of pointers
 // costs a write barrier per element; at 5000 candidates the per-request
 // lists cleared twice (given back, then taken) were a sixth of a call's
-// time in a mark phase (bench/README.md, "The longest calls").
+// time in a mark phase.
 func zeroed[T any](xs []T, n int) []T {
 	if cap(xs) < n {
 		return make([]T, n)
@@ -62,13 +58,13 @@ func zeroed[T any](xs []T, n int) []T {
 }
 
 // release clears what s refers to (nodes, reviews, printed values: the
-// pool must not keep them alive) and returns it to the pool.
-func (s *scratch) release() {
+// pool must not keep them alive) and returns it to pool.
+func (s *scratch) release(pool *freelist.List[*scratch]) {
 	clear(s.slots)
 	clear(s.names)
 	clear(s.slotValues)
 	clear(s.classAux)
-	scratchPool.Put(s)
+	pool.Put(s)
 }
 
 // podBuffers are a request's per-constraint working memory: the matched
@@ -121,20 +117,18 @@ func (b *podBuffers) newView() *podView {
 	return v
 }
 
-var podBuffersPool = freelist.List[*podBuffers]{New: func() *podBuffers { return new(podBuffers) }}
-
 // buffers gives the request its podBuffers, taken from the pool on first
 // use and given back by release.
 func (r *request) buffers() *podBuffers {
 	if r.pb == nil {
-		r.pb = podBuffersPool.Get()
+		r.pb = r.e.pools.podBuffers.Get()
 	}
 	return r.pb
 }
 
 // release clears what b refers to (constraints, entries, verdicts, the
-// review's values) and returns it to the pool.
-func (b *podBuffers) release() {
+// review's values) and returns it to pool.
+func (b *podBuffers) release(pool *freelist.List[*podBuffers]) {
 	clear(b.steps)
 	clear(b.fetched)
 	b.keyCache.Reset()
@@ -149,5 +143,5 @@ func (b *podBuffers) release() {
 	b.usedViews = 0
 	clear(b.bindScratch[:cap(b.bindScratch)])
 	b.differ.Reset()
-	podBuffersPool.Put(b)
+	pool.Put(b)
 }

@@ -28,11 +28,12 @@ func TestScratchGrowsZeroed(t *testing.T) {
 			}
 		}
 	}
+	pools := newPools()
 	for _, n := range []int{100, 40, 100, 300, 5} {
-		s := scratchPool.Get()
+		s := pools.scratch.Get()
 		s.grow(n)
 		check(s, n)
 		fill(s)
-		s.release()
+		s.release(&pools.scratch)
 	}
 }

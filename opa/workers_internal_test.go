@@ -10,6 +10,7 @@ import (
 // TestInParallelRunsEachOnce: every index runs exactly once, on up to
 // workers goroutines at a time, from callers running at once.
 func TestInParallelRunsEachOnce(t *testing.T) {
+	pool := newWorkerPool()
 	for _, tc := range []struct{ workers, n int }{{1, 5}, {2, 1}, {2, 7}, {4, 100}, {8, 3}} {
 		var callers sync.WaitGroup
 		for range 4 {
@@ -18,7 +19,7 @@ func TestInParallelRunsEachOnce(t *testing.T) {
 				defer callers.Done()
 				counts := make([]atomic.Int32, tc.n)
 				var running, peak atomic.Int32
-				inParallel(tc.workers, tc.n, func(i int) {
+				pool.inParallel(tc.workers, tc.n, func(i int) {
 					now := running.Add(1)
 					for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 					}

@@ -40,11 +40,11 @@ func checkTypedPod(p *v1.Pod) (string, *requestError) {
 // decodePod reads the pod of a request of type what straight into the
 // engine's values. A pod's fields reach templates as the scheduler sent
 // them; only the metadata the engine reads itself is type-checked.
-func decodePod(raw json.RawMessage, what string) (*opa.Pod, *requestError) {
+func (s *Server) decodePod(raw json.RawMessage, what string) (*opa.Pod, *requestError) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("request has no Pod")
 	}
-	pod, err := opa.DecodePod(raw)
+	pod, err := s.pods.Decode(raw)
 	var fe *opa.PodFieldError
 	switch {
 	case errors.As(err, &fe) && fe.Field == "(the pod)":

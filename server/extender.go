@@ -61,7 +61,7 @@ func (s *Server) placeArgs(w http.ResponseWriter, r *http.Request, c *verbCall) 
 		return nil, nil, nodeArgs{}, nil, rerr
 	}
 	c.nameLists = wire.names // the handler gives them back once it has answered
-	pod, rerr := decodePod(wire.Pod, "ExtenderArgs")
+	pod, rerr := s.decodePod(wire.Pod, "ExtenderArgs")
 	if rerr != nil {
 		return nil, nil, nodeArgs{}, nil, rerr
 	}

@@ -28,7 +28,9 @@ import (
 // Server answers the scheduler's extender calls. Create it with New; it is
 // safe for concurrent use.
 type Server struct {
-	policy           Policy
+	policy Policy
+	// pods decodes the requests' pods, remembering the last ones.
+	pods             *opa.PodDecoder
 	binder           Binder
 	log              *slog.Logger
 	registry         *prometheus.Registry
@@ -72,6 +74,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		policy:           opts.Policy,
+		pods:             opa.NewPodDecoder(),
 		binder:           opts.Binder,
 		log:              opts.Logger,
 		registry:         opts.Registry,

@@ -138,8 +138,9 @@ func BenchmarkPodStream(b *testing.B) {
 			e := streamEngine(b, tc.parallelism)
 			cands := Candidates(500)
 			s := NewStream(7, 3, tc.share)
+			pods := opa.NewPodDecoder()
 			run := func() {
-				pod, err := opa.DecodePod(s.Next().JSON)
+				pod, err := pods.Decode(s.Next().JSON)
 				if err != nil {
 					b.Fatal(err)
 				}

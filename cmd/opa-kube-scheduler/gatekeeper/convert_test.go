@@ -88,7 +88,7 @@ func TestDecodePod(t *testing.T) {
 	for name, pod := range map[string]*v1.Pod{"realistic": realisticPod(), "with type meta": typed, "bare": bare} {
 		t.Run(name, func(t *testing.T) {
 			before := pod.DeepCopy()
-			got, err := decodePod(pod)
+			got, err := decodePod(opa.NewPodDecoder(), pod)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,10 +125,12 @@ func TestDecodePod(t *testing.T) {
 //	cd cmd/opa-kube-scheduler && go test -run '^$' -bench DecodePod -benchmem ./gatekeeper/
 func BenchmarkDecodePod(b *testing.B) {
 	pod := realisticPod()
+	pods := opa.NewPodDecoder()
+	json := func(p *v1.Pod) (*opa.Pod, error) { return decodePod(pods, p) }
 	for _, c := range []struct {
 		name    string
 		convert func(*v1.Pod) (*opa.Pod, error)
-	}{{"json", decodePod}, {"unstructured", unstructuredPod}} {
+	}{{"json", json}, {"unstructured", unstructuredPod}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

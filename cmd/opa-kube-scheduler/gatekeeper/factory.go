@@ -51,7 +51,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		engine.Close(context.Background())
 		return nil, fmt.Errorf("%s: register the metrics of profile %s: %w", Name, profile, err)
 	}
-	pl := &Plugin{profile: profile, engine: engine, ready: ready, metrics: metrics, nodeMessages: args.NodeMessages}
+	pl := &Plugin{profile: profile, engine: engine, pods: opa.NewPodDecoder(), ready: ready, metrics: metrics, nodeMessages: args.NodeMessages}
 	pl.requeue = newRequeuer(h, engine, ready, pl.metrics)
 	_, _ = h.SharedInformerFactory().Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { pl.namespaceEvent(obj) },

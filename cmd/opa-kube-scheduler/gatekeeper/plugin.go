@@ -27,6 +27,8 @@ const scoreScale = fwk.MaxNodeScore / 10
 type Plugin struct {
 	profile string
 	engine  policy
+	// pods decodes the scheduler's pods, remembering the last ones.
+	pods    *opa.PodDecoder
 	ready   func() (bool, string)
 	index   indexCache
 	requeue *requeuer
@@ -106,7 +108,7 @@ func (pl *Plugin) prepare(ctx context.Context, pod *v1.Pod) (*opa.PodQuery, erro
 	if s := pl.signed.Load(); s != nil && s.uid == pod.UID && s.resourceVersion == pod.ResourceVersion && s.generation == pl.engine.Stats().PolicyGeneration {
 		return s.query, nil
 	}
-	decoded, err := decodePod(pod)
+	decoded, err := decodePod(pl.pods, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +142,7 @@ func (pl *Plugin) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment,
 		return nil, fwk.NewStatus(fwk.Unschedulable, "policies not synced yet")
 	}
 	gen := pl.engine.Stats().PolicyGeneration
-	decoded, err := decodePod(pod)
+	decoded, err := decodePod(pl.pods, pod)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -305,14 +307,14 @@ func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // and carry no apiVersion and kind: they are set on a shallow copy (the
 // scheduler's object is shared and must not change), so that the JSON is
 // the object's as the API server would write it.
-func decodePod(pod *v1.Pod) (*opa.Pod, error) {
+func decodePod(pods *opa.PodDecoder, pod *v1.Pod) (*opa.Pod, error) {
 	typed := *pod
 	typed.APIVersion, typed.Kind = "v1", "Pod"
 	b, err := json.Marshal(&typed)
 	if err != nil {
 		return nil, fmt.Errorf("convert pod %s: encode JSON: %w", klog.KObj(pod), err)
 	}
-	decoded, err := opa.DecodePod(b)
+	decoded, err := pods.Decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("convert pod %s: %w", klog.KObj(pod), err)
 	}

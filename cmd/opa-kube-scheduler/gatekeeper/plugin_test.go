@@ -75,7 +75,7 @@ func (f *fakeActivator) activated() []string {
 // testPlugin is a plugin over engine, always ready.
 func testPlugin(engine policy) *Plugin {
 	ready := func() (bool, string) { return true, "" }
-	pl := &Plugin{profile: "test", engine: engine, ready: ready, metrics: testMetrics()}
+	pl := &Plugin{profile: "test", engine: engine, pods: opa.NewPodDecoder(), ready: ready, metrics: testMetrics()}
 	pl.requeue = newRequeuer(&fakeActivator{}, engine, ready, pl.metrics)
 	return pl
 }

@@ -29,7 +29,7 @@ type InputPlan struct {
 	cond    bool
 	condAny bool
 	members []memberPlan
-	// condID numbers the When among those of every plan (condIDs), its
+	// condID numbers the When among those of every plan (Tables), its
 	// place in Lists: the reads below one comprehension share its When.
 	condID int
 	// notReview: the path (after When) is not below review.
@@ -44,8 +44,40 @@ type memberPlan struct {
 	filter []*lookupPlan
 }
 
+// Tables are what the plans of one engine share: the numbers of the paths
+// they read through a request's Lists (a slice indexed by them) and of
+// their Whens, which grow with the distinct paths of the policies the
+// engine ever compiled, never with requests; and the arrays their keys
+// hold (Array). Plans compiled with other Tables share none of it. Safe
+// for concurrent use. Nil Tables compile the plans of one-off lookups
+// (Input, At), which read no Lists and intern nothing.
+type Tables struct {
+	lists, conds pathIDs
+	arrays       *arrayInterner
+}
+
+// NewTables are empty tables, whose interned arrays are bounded.
+func NewTables() *Tables {
+	return &Tables{
+		lists:  pathIDs{ids: map[string]int{}},
+		conds:  pathIDs{ids: map[string]int{}},
+		arrays: newArrayInterner(8192, 4<<20),
+	}
+}
+
+// Array is the term of the array of elems, one for equal arrays (elems
+// may be the caller's buffer). The replicas of a ReplicaSet read the same
+// images, names, flags and security contexts call after call, and each
+// array made anew was a quarter of a replica's garbage.
+func (t *Tables) Array(elems []*ast.Term) *ast.Term {
+	if t == nil {
+		return ast.ArrayTerm(slices.Clone(elems)...)
+	}
+	return t.arrays.Array(elems)
+}
+
 // CompileInput plans path (an input path, possibly beginning with When).
-func CompileInput(path []*ast.Term) *InputPlan {
+func (t *Tables) CompileInput(path []*ast.Term) *InputPlan {
 	p := &InputPlan{}
 	if members, rest, ok := analysis.Condition(path); ok {
 		p.cond = true
@@ -54,16 +86,18 @@ func CompileInput(path []*ast.Term) *InputPlan {
 				p.condAny = true
 				continue
 			}
-			p.members = append(p.members, memberPlan{list: compilePlan(m.List[1:]), filter: compileFilter(m.Filter)})
+			p.members = append(p.members, memberPlan{list: t.compilePlan(m.List[1:]), filter: t.compileFilter(m.Filter)})
 		}
-		p.condID = condIDs.of(path[:len(path)-len(rest)])
+		if t != nil {
+			p.condID = t.conds.of(path[:len(path)-len(rest)])
+		}
 		path = rest
 	}
 	if len(path) == 0 || !path[0].Equal(ReviewKey) {
 		p.notReview = true
 		return p
 	}
-	p.body = compilePlan(path[1:])
+	p.body = t.compilePlan(path[1:])
 	return p
 }
 
@@ -147,7 +181,7 @@ func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *a
 	if len(path) > 0 && path[0].Equal(ReviewKey) && plain(path[1:]) {
 		return valueAt(review.Value, path[1:], leaf)
 	}
-	return CompileInput(path).Then(review, leaf)
+	return (*Tables)(nil).CompileInput(path).Then(review, leaf)
 }
 
 // notReadKey is, in a key, the value of a conditional path
@@ -166,9 +200,10 @@ const (
 
 // lookupPlan reads a path below a value (no When).
 type lookupPlan struct {
-	kind planKind
+	kind   planKind
+	tables *Tables
 	// id is one more than the number of a planValue's path among those
-	// of every plan (listIDs), its place in Lists: given the first time
+	// of every plan (Tables), its place in Lists: given the first time
 	// the plan reads a list through Lists (0 until then).
 	id atomic.Int32
 	// keys are a planValue's steps (object keys, array indexes, set
@@ -186,33 +221,33 @@ type lookupPlan struct {
 }
 
 // compilePlan plans path.
-func compilePlan(path []*ast.Term) *lookupPlan {
+func (t *Tables) compilePlan(path []*ast.Term) *lookupPlan {
 	if j := analysis.EachAt(path); j >= 0 {
-		p := &lookupPlan{kind: planEach, list: compilePlan(path[:j]), filter: compileFilter(analysis.EachFilter(path[j]))}
+		p := &lookupPlan{kind: planEach, tables: t, list: t.compilePlan(path[:j]), filter: t.compileFilter(analysis.EachFilter(path[j]))}
 		switch rest := path[j+1:]; {
 		case len(rest) == 1 && analysis.IsLen(rest[0]):
 			p.isLen = true
 		case len(rest) > 0:
-			p.rest = compilePlan(rest)
+			p.rest = t.compilePlan(rest)
 		}
 		return p
 	}
 	if n := len(path) - 1; n >= 0 && analysis.IsKeys(path[n]) {
-		return &lookupPlan{kind: planKeys, list: compilePlan(path[:n])}
+		return &lookupPlan{kind: planKeys, tables: t, list: t.compilePlan(path[:n])}
 	}
 	if n := len(path) - 1; n >= 0 && analysis.IsShape(path[n]) {
-		return &lookupPlan{kind: planShape, list: compilePlan(path[:n])}
+		return &lookupPlan{kind: planShape, tables: t, list: t.compilePlan(path[:n])}
 	}
-	return &lookupPlan{kind: planValue, keys: path}
+	return &lookupPlan{kind: planValue, tables: t, keys: path}
 }
 
-func compileFilter(filter [][]*ast.Term) []*lookupPlan {
+func (t *Tables) compileFilter(filter [][]*ast.Term) []*lookupPlan {
 	if len(filter) == 0 {
 		return nil
 	}
 	out := make([]*lookupPlan, len(filter))
 	for i, f := range filter {
-		out[i] = compilePlan(f)
+		out[i] = t.compilePlan(f)
 	}
 	return out
 }
@@ -291,7 +326,7 @@ func (p *lookupPlan) listRoot(v ast.Value, lists *Lists) *ast.Term {
 	}
 	id := int(p.id.Load()) - 1
 	if id < 0 {
-		id = listIDs.of(p.keys)
+		id = p.tables.lists.of(p.keys)
 		p.id.Store(int32(id + 1))
 	}
 	slot := lists.vals.At(id)
@@ -332,14 +367,8 @@ func (p *lookupPlan) eachOf(t *ast.Term, leaf func(ast.Value) *ast.Term) *ast.Te
 			elems = append(elems, p.rest.lookupThen(el, leaf))
 		}
 	}
-	return KeyArrays.Array(elems)
+	return p.tables.Array(elems)
 }
-
-// KeyArrays holds the arrays that reads through Each made: the replicas
-// of a ReplicaSet read the same images, names, flags and security
-// contexts call after call, and each array made anew was a quarter of a
-// replica's garbage.
-var KeyArrays = newArrayInterner(8192, 4<<20)
 
 // arrayInterner gives one term for arrays whose elements compare equal as
 // Rego compares values (ast.Compare), which is how the memo compares
@@ -439,7 +468,7 @@ func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *
 	if plain(path) {
 		return valueAt(v, path, leaf)
 	}
-	return compilePlan(path).lookupThen(v, leaf)
+	return (*Tables)(nil).compilePlan(path).lookupThen(v, leaf)
 }
 
 // plain reports whether path holds no Each and does not end in Keys.
@@ -572,15 +601,7 @@ func (s *Slots) Reset() {
 	*s = (*s)[:0]
 }
 
-// listIDs numbers the plain paths plans were compiled with, so that a
-// request's Lists is a slice. It grows with the distinct paths of the
-// policies ever compiled, never with requests.
-var listIDs = pathIDs{ids: map[string]int{}}
-
-// condIDs numbers the Whens plans were compiled with, as listIDs the
-// lists.
-var condIDs = pathIDs{ids: map[string]int{}}
-
+// pathIDs numbers paths, from 0.
 type pathIDs struct {
 	mu  sync.Mutex
 	ids map[string]int

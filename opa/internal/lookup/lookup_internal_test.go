@@ -12,6 +12,9 @@ import (
 
 // TestFindTerm: findTerm finds what ast.Value.Find finds, and nothing
 // where it finds nothing.
+// testTables are the tests' plans' tables.
+var testTables = NewTables()
+
 func TestFindTerm(t *testing.T) {
 	v := ast.MustParseTerm(`{"a": {"b": [10, {"c": "x"}, null], "s": {"k", 1}}, "n": 1, "e": {}}`).Value
 	paths := []string{
@@ -98,7 +101,7 @@ func TestLookupPlans(t *testing.T) {
 					t.Errorf("%s %s: %v, want %s%v", how, analysis.PathString(tc.path), got, tc.want, tc.wantTerm)
 				}
 			}
-			plan := CompileInput(tc.path)
+			plan := testTables.CompileInput(tc.path)
 			for range 2 {
 				check("plan", plan.Then(review, leaf))
 				check("plan with lists", plan.ThenWith(review, leaf, lists))
@@ -114,10 +117,10 @@ func TestLookupPlans(t *testing.T) {
 func TestListsReset(t *testing.T) {
 	s := ast.StringTerm
 	containers := []*ast.Term{ReviewKey, s("containers")}
-	plan := CompileInput(append(slices.Clone(containers), analysis.Each, s("image")))
+	plan := testTables.CompileInput(append(slices.Clone(containers), analysis.Each, s("image")))
 	privileged := analysis.When(containers, [][]*ast.Term{{s("privileged")}})
-	image := CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("image"))...))
-	name := CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("name"))...))
+	image := testTables.CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("image"))...))
+	name := testTables.CompileInput(append([]*ast.Term{privileged}, append(slices.Clone(containers), analysis.Each, s("name"))...))
 	if image.condID != name.condID {
 		t.Fatalf("one When numbered %d and %d", image.condID, name.condID)
 	}

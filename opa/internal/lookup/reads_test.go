@@ -56,7 +56,7 @@ func readPlans() []*InputPlan {
 	}
 	plans := make([]*InputPlan, len(paths))
 	for i, p := range paths {
-		plans[i] = CompileInput(p)
+		plans[i] = testTables.CompileInput(p)
 	}
 	return plans
 }
@@ -288,7 +288,7 @@ func BenchmarkDiffReplicas(b *testing.B) {
 // other.
 func TestReadIndexHas(t *testing.T) {
 	x := NewReadIndex()
-	plan := CompileInput([]*ast.Term{ReviewKey, ast.StringTerm("x")})
+	plan := testTables.CompileInput([]*ast.Term{ReviewKey, ast.StringTerm("x")})
 	x.Add(3, plan)
 	x.Add(0, plan)
 	x.Add(3, plan)

@@ -240,7 +240,7 @@ func (g *generation[R]) find(h, owner uint64, terms []*ast.Term) *Entry[R] {
 // values (key.Compare of the array of terms is 0). A term that is the
 // key's own element is equal to it without a look inside, and that is
 // the common case: the arrays a key reads through lists and the helpers'
-// answers are interned (package lookup's KeyArrays), so a replica's key
+// answers are interned (lookup.Tables.Array), so a replica's key
 // holds the very terms its class's entry was made with.
 func equalKey(key *ast.Array, terms []*ast.Term) bool {
 	if key.Len() != len(terms) {

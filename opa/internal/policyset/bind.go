@@ -139,7 +139,7 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 			id = reg.keyPaths.ID(analysis.PathString(p))
 		}
 		bc.keyInputPaths = append(bc.keyInputPaths, p)
-		bc.KeyPlans = append(bc.KeyPlans, lookup.CompileInput(p))
+		bc.KeyPlans = append(bc.KeyPlans, reg.Lookup.CompileInput(p))
 		bc.KeyPathIDs = append(bc.KeyPathIDs, id)
 		bc.KeyHelpers = append(bc.KeyHelpers, h)
 	}
@@ -149,7 +149,7 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 		if m.Root == analysis.Node {
 			bc.NodeMsgs = append(bc.NodeMsgs, slot)
 		} else {
-			slot.Plan = lookup.CompileInput(m.Path)
+			slot.Plan = reg.Lookup.CompileInput(m.Path)
 			var gates []*KeyHelper
 			for _, h := range m.Helpers {
 				kh, err := reg.helperOf(ct, bc, append(slices.Clone(m.Path), h))

@@ -101,12 +101,12 @@ func (reg *Registry) helperOf(ct *CompiledTemplate, bc *BoundConstraint, path []
 	identity := helperIdentity(deps, h, bc.Parameters, bc.Object)
 	kh := &KeyHelper{Owner: reg.helperOwner(identity), identity: identity, Reads: h.Reads, Query: q, Parameters: ast.NewTerm(bc.Parameters), Constraint: bc.Object}
 	arg := path[:len(path)-1]
-	kh.ArgPlan = lookup.CompileInput(arg)
+	kh.ArgPlan = reg.Lookup.CompileInput(arg)
 	if _, _, conditional := analysis.Condition(arg); !conditional {
 		for _, rel := range h.Reads {
 			raw := append(slices.Clone(arg), rel...)
 			kh.rawPaths = append(kh.rawPaths, raw)
-			kh.RawPlans = append(kh.RawPlans, lookup.CompileInput(raw))
+			kh.RawPlans = append(kh.RawPlans, reg.Lookup.CompileInput(raw))
 			kh.RawIDs = append(kh.RawIDs, reg.keyPaths.ID(analysis.PathString(raw)))
 		}
 		for _, t := range arg {

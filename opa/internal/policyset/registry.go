@@ -3,6 +3,7 @@ package policyset
 import (
 	"sync/atomic"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/lookup"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/verdict"
 )
 
@@ -21,11 +22,13 @@ type Registry struct {
 	owners atomic.Uint64
 	// helperOwners are the helper memo's owners by helper identity.
 	helperOwners map[string]uint64
+	// Lookup are the tables the plans of the policy sets share.
+	Lookup *lookup.Tables
 }
 
 // NewRegistry is an empty registry, with placeholders of its own.
 func NewRegistry() *Registry {
-	return &Registry{Placeholders: verdict.NewPlaceholders()}
+	return &Registry{Placeholders: verdict.NewPlaceholders(), Lookup: lookup.NewTables()}
 }
 
 // helperOwner is the helper memo's owner of the helpers named identity,
