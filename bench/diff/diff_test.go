@@ -56,7 +56,7 @@ const (
 	// constraint and the details (null) must agree.
 	diffEvalErrorText = "eval-error-text"
 	// The annotation opa-scheduler-extender/enforcement-action overrides the
-	// action at this enforcement point only (README "What it does"); Gatekeeper
+	// action at this enforcement point only (docs/policies.md, "The action at this enforcement point"); Gatekeeper
 	// ignores it and reports spec.enforcementAction. Messages and details are
 	// compared as usual; only the action differs.
 	diffActionAnnotation = "action-annotation"
