@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/cel"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/drivers/rego"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
@@ -91,9 +92,8 @@ type Engine struct {
 	sdk      *sdk.OPA
 	mgr      *plugins.Manager
 	store    storage.Store
-	// rego and cel compile the templates' code, each in its engine.
-	rego *rego.Driver
-	cel  *cel.Driver
+	// drivers compile the templates' code, by engine (newDrivers).
+	drivers map[string]drivers.Driver
 
 	// snap is what requests read: swapped whole, never mutated.
 	snap atomic.Pointer[policyset.Snapshot]
@@ -199,8 +199,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 	e.inv = inventory.New(e.store)
-	e.rego = rego.New(e.store, opts.AllowNetworkBuiltins)
-	e.cel = cel.New()
+	e.drivers = newDrivers(e.store, opts)
 	config, err := checkOPAConfig(opts.OPAConfig)
 	if err != nil {
 		return nil, err
@@ -225,7 +224,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	// the transaction context and install the matching snapshot when it
 	// says the compiler changed.
 	mgr.RegisterCompilerTrigger(func(storage.Transaction) { e.onCompilerChange() })
-	empty := &policyset.Snapshot{Compiler: e.rego.EmptyCompiler(), Templates: map[string]*policyset.CompiledTemplate{}}
+	empty := &policyset.Snapshot{Compiled: map[string]drivers.Compiled{}, Templates: map[string]*policyset.CompiledTemplate{}}
+	for name, d := range e.drivers {
+		if empty.Compiled[name], err = d.Compile(ctx, nil, nil, nil); err != nil {
+			return nil, fmt.Errorf("%s driver: %w", name, err)
+		}
+	}
 	e.snap.Store(empty)
 	if err := e.inv.Init(ctx); err != nil {
 		return nil, err
@@ -238,7 +242,7 @@ func (e *Engine) Close(ctx context.Context) { e.sdk.Stop(ctx) }
 
 // onCompilerChange runs inside the commit that installs a new compiler.
 func (e *Engine) onCompilerChange() {
-	if p := e.pending; p != nil && e.mgr.GetCompiler() == p.Compiler {
+	if p := e.pending; p != nil && e.mgr.GetCompiler() == p.StoreCompiler() {
 		e.snap.Store(p)
 		e.pending = nil
 	}
@@ -253,7 +257,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	b := &batch{templates: map[string]*gatekeeper.Template{}, cel: map[*gatekeeper.Template]*cel.Program{}}
+	b := &batch{templates: map[string]*gatekeeper.Template{}, checked: map[*gatekeeper.Template]drivers.Program{}}
 	for _, ch := range changes {
 		ref, err := ch.Ref()
 		if err != nil {
@@ -292,7 +296,7 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 // batch is what one Apply stages before its commit.
 type batch struct {
 	templates          map[string]*gatekeeper.Template // name -> new version, nil = delete
-	cel                map[*gatekeeper.Template]*cel.Program
+	checked            map[*gatekeeper.Template]drivers.Program
 	constraintsChanged bool
 	inventory          []policy.Change
 	errs               []*policy.ApplyError
@@ -320,10 +324,8 @@ func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef)
 		DisableK8sNativeValidation: e.opts.DisableK8sNativeValidation,
 		DefaultFailurePolicy:       e.opts.DefaultK8sNativeValidationFailurePolicy,
 	})
-	if err == nil && t.Engine == cel.Engine {
-		b.cel[t], err = e.cel.Compile(t)
-	} else if err == nil {
-		err = e.rego.CheckAlone(t)
+	if err == nil {
+		err = e.check(b, t)
 	}
 	if err != nil {
 		e.stats.compileErrors.Add(1)
@@ -433,21 +435,21 @@ func (e *Engine) templateState(name string) *templateState {
 }
 
 // nextSnapshot builds the policy set that results from the batch's
-// changes. It compiles Rego only when templates changed, and CEL only for
-// the templates that changed.
+// changes. Templates are compiled only by the drivers whose templates
+// changed (compileTemplates).
 func (e *Engine) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapshot, error) {
 	cur := e.snap.Load()
 	changed := b.templates
 	if len(changed) == 0 && !b.constraintsChanged {
 		return nil, nil
 	}
-	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiler: cur.Compiler, Templates: cur.Templates}
+	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiled: cur.Compiled, Templates: cur.Templates}
 	if len(changed) > 0 {
-		templates, err := e.compileTemplates(ctx, cur, changed, b.cel)
+		templates, err := e.compileTemplates(ctx, cur, changed, b.checked)
 		if err != nil {
 			return nil, err
 		}
-		next.Compiler, next.Templates = templates.Compiler, templates.Templates
+		next.Compiled, next.Templates = templates.Compiled, templates.Templates
 	}
 	inForce := make(map[policy.ConstraintKey]*gatekeeper.Constraint, len(e.constraints))
 	for key, st := range e.constraints {
@@ -461,65 +463,92 @@ func (e *Engine) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapsho
 	return next, nil
 }
 
-// compileTemplates compiles the whole set of templates in force after
-// changed: the Rego ones together, as the store will hold them (unless no
-// Rego template changes: cur's compiler stays); each CEL one on its own,
-// reused from cur when unchanged.
-func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, celPrograms map[*gatekeeper.Template]*cel.Program) (*policyset.Snapshot, error) {
-	regoTemplates := map[string]*gatekeeper.Template{}
-	var celTemplates []*gatekeeper.Template
-	add := func(name string, t *gatekeeper.Template) {
-		if t.Engine == cel.Engine {
-			celTemplates = append(celTemplates, t)
-		} else {
-			regoTemplates[name] = t
-		}
+// newDrivers are the engines' drivers, by the engine name templates give
+// their code: a third engine is a package and a line here.
+func newDrivers(store storage.Store, opts Options) map[string]drivers.Driver {
+	out := map[string]drivers.Driver{}
+	for _, d := range []drivers.Driver{
+		rego.New(store, opts.AllowNetworkBuiltins),
+		cel.New(),
+	} {
+		out[d.Engine()] = d
 	}
+	return out
+}
+
+// check compiles a template of the batch alone, with its engine's driver,
+// and keeps the Program the driver may give for the batch's compile.
+func (e *Engine) check(b *batch, t *gatekeeper.Template) error {
+	d := e.drivers[t.Engine]
+	if d == nil {
+		return fmt.Errorf("%w: no driver for engine %q", gatekeeper.ErrInvalidTemplate, t.Engine)
+	}
+	p, err := d.Check(t)
+	if p != nil {
+		b.checked[t] = p
+	}
+	return err
+}
+
+// compileTemplates compiles the whole set of templates in force after
+// changed, with each driver whose templates the batch changes (the
+// others' stay compiled as in cur), and keeps cur's compiled template for
+// a Program that did not change.
+func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, checked map[*gatekeeper.Template]drivers.Program) (*policyset.Snapshot, error) {
+	byEngine := map[string]map[string]*gatekeeper.Template{}
+	touched := map[string]bool{} // engines whose templates the batch changes
+	inForce := map[string]*gatekeeper.Template{}
 	for name, st := range e.templates {
-		if _, ok := changed[name]; !ok && st.current != nil {
-			add(name, st.current)
+		if st.current != nil {
+			inForce[name] = st.current
 		}
 	}
 	for name, t := range changed {
-		if t != nil {
-			add(name, t)
+		if old := inForce[name]; old != nil {
+			touched[old.Engine] = true
 		}
-	}
-	out := &policyset.Snapshot{Compiler: cur.Compiler, Templates: make(map[string]*policyset.CompiledTemplate, len(regoTemplates)+len(celTemplates))}
-	if e.regoChanges(changed) {
-		c, programs, err := e.rego.Compile(ctx, regoTemplates)
-		if err != nil {
-			return nil, err
-		}
-		out.Compiler = c
-		for kind, p := range programs {
-			out.Templates[kind] = policyset.NewCompiledTemplate(p.Template(), p)
-		}
-	} else {
-		for _, t := range regoTemplates {
-			out.Templates[t.Kind] = cur.Templates[t.Kind]
-		}
-	}
-	for _, t := range celTemplates {
-		if ct := cur.Templates[t.Kind]; ct != nil && ct.Template == t {
-			out.Templates[t.Kind] = ct
+		if t == nil {
+			delete(inForce, name)
 			continue
 		}
-		p := celPrograms[t]
-		if p == nil {
+		inForce[name] = t
+		touched[t.Engine] = true
+	}
+	for name, t := range inForce {
+		if byEngine[t.Engine] == nil {
+			byEngine[t.Engine] = map[string]*gatekeeper.Template{}
+		}
+		byEngine[t.Engine][name] = t
+	}
+	out := &policyset.Snapshot{Compiled: make(map[string]drivers.Compiled, len(e.drivers)), Templates: make(map[string]*policyset.CompiledTemplate, len(inForce))}
+	for engine, d := range e.drivers {
+		c := cur.Compiled[engine]
+		if touched[engine] {
 			var err error
-			if p, err = e.cel.Compile(t); err != nil {
-				return nil, fmt.Errorf("compile template %s: %w", t.Name, err)
+			if c, err = d.Compile(ctx, c, byEngine[engine], checked); err != nil {
+				return nil, err
 			}
 		}
-		out.Templates[t.Kind] = policyset.NewCompiledTemplate(t, p)
+		out.Compiled[engine] = c
+		for _, t := range byEngine[engine] {
+			p := c.Programs()[t.Kind]
+			if p == nil {
+				return nil, fmt.Errorf("compile template %s: the %s driver gave no program", t.Name, engine)
+			}
+			if ct := cur.Templates[t.Kind]; ct != nil && ct.Template == t && ct.Program == p {
+				out.Templates[t.Kind] = ct
+				continue
+			}
+			out.Templates[t.Kind] = policyset.NewCompiledTemplate(t, p)
+		}
 	}
 	return out, nil
 }
 
-// regoChanges says whether changed adds, replaces or removes Rego: only
-// then do the store's policies and the Rego compiler change.
-func (e *Engine) regoChanges(changed map[string]*gatekeeper.Template) bool {
+// storeChanges says whether changed adds, replaces or removes code the
+// store holds (a template's Texts): only then do the store's policies and
+// their compiler change.
+func (e *Engine) storeChanges(changed map[string]*gatekeeper.Template) bool {
 	for name, t := range changed {
 		if t != nil && len(t.Texts) > 0 {
 			return true
@@ -606,9 +635,9 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		e.store.Abort(ctx, txn)
 		return append(errs, &ApplyError{Err: err})
 	}
-	recompiled := next != nil && len(templates) > 0 && e.regoChanges(templates)
+	recompiled := next != nil && len(templates) > 0 && e.storeChanges(templates)
 	if recompiled {
-		plugins.SetCompilerOnContext(params.Context, next.Compiler)
+		plugins.SetCompilerOnContext(params.Context, next.StoreCompiler())
 		e.pending = next
 	}
 	if err := e.store.Commit(ctx, txn); err != nil {

@@ -1,9 +1,11 @@
 // Package drivers is the seam between the engine and the languages a
 // ConstraintTemplate's code is written in, as Gatekeeper's constraint
-// framework keeps its drivers apart from its client: a driver compiles a
-// template's code into a Program, and the engine asks the Program what a
-// constraint reads (to key its memo and cut the Nodes) and for the
-// violation set of one review.
+// framework keeps its drivers apart from its client: the engine holds its
+// Drivers by the engine name templates give their code and never branches
+// on one; a driver compiles its templates into Programs, and the engine
+// asks a Program what a constraint reads (to key its memo and cut the
+// Nodes) and for the violation set of one review. A third engine is a
+// package implementing Driver and one registration in the engine.
 //
 // The engine's fast path (memo keys, node classes, answer reuse, message
 // placeholders) works from what Analyze says and from Eval alone, so an
@@ -20,8 +22,40 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/analysis"
+	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/gatekeeper"
 	"github.com/opa-scheduler-extender/opa-scheduler-extender/opa/internal/inventory"
 )
+
+// Driver compiles the templates of one engine.
+type Driver interface {
+	// Engine names the code the driver compiles, as a template does
+	// ("Rego", "K8sNativeValidation").
+	Engine() string
+	// Check compiles t alone, before its batch: its errors are its own,
+	// never blamed on the policy set. The Program it may give (nil when
+	// the driver compiles templates together) is Compile's to reuse.
+	Check(t *gatekeeper.Template) (Program, error)
+	// Compile compiles the driver's templates in force after a batch, by
+	// name; prev is the set in force before it (nil: none yet), whose
+	// Programs of templates the batch did not change may be kept, and
+	// checked the Programs Check gave the batch's templates.
+	Compile(ctx context.Context, prev Compiled, templates map[string]*gatekeeper.Template, checked map[*gatekeeper.Template]Program) (Compiled, error)
+}
+
+// Compiled is one driver's templates in force, compiled: immutable.
+type Compiled interface {
+	// Programs are the templates' Programs, by kind.
+	Programs() map[string]Program
+}
+
+// StoreCompiled is a Compiled whose code the engine's store holds (the
+// templates' Texts, as the embedded OPA SDK keeps policies): the engine
+// hands its compiler to the SDK's plugin manager when the store's
+// policies change, so that the manager does not compile them again.
+type StoreCompiled interface {
+	Compiled
+	StoreCompiler() *ast.Compiler
+}
 
 // Program is a template's code compiled by its engine's driver. It is
 // immutable and safe for concurrent use.
@@ -45,6 +79,9 @@ type Program interface {
 	// ListViolations says that Eval's elements are a list, kept in order
 	// with their duplicates (CEL: one per failed validation), not a set.
 	ListViolations() bool
+	// ReadsConstraint says that Eval reads Input.Constraint, the whole
+	// Constraint (CEL's params).
+	ReadsConstraint() bool
 	// Helper prepares a boolean function of the code that a constraint's
 	// memo key stands in for (analysis.HelperOf), and says what decides
 	// its answers, so that templates shipping the same function share

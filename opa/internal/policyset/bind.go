@@ -119,7 +119,7 @@ func (reg *Registry) bind(c *gatekeeper.Constraint, ct *CompiledTemplate, owner 
 		return nil, fmt.Errorf("%w: spec.parameters: %v", gatekeeper.ErrInvalidConstraint, err)
 	}
 	bc := &BoundConstraint{Constraint: c, Template: ct, Owner: owner, Classes: memo.NewClasses(MaxNodeClasses), Parameters: pv}
-	if ct.Template.Engine == gatekeeper.EngineCEL {
+	if ct.Program.ReadsConstraint() {
 		if bc.Object, err = c.WithParameters(params); err != nil {
 			return nil, err
 		}

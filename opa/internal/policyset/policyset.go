@@ -15,8 +15,9 @@ import (
 // Snapshot is one consistent policy set: immutable once built, swapped
 // whole by the engine.
 type Snapshot struct {
-	Generation  uint64
-	Compiler    *ast.Compiler
+	Generation uint64
+	// Compiled are the drivers' compiled templates, by engine.
+	Compiled    map[string]drivers.Compiled
 	Templates   map[string]*CompiledTemplate // by kind
 	Constraints []*BoundConstraint           // sorted by key
 	// view is what its constraints read of a candidate Node (NodeView).
@@ -25,6 +26,17 @@ type Snapshot struct {
 	// keyReads index the key paths of its constraints (KeyReads).
 	keyReadsOnce sync.Once
 	keyReads     *lookup.ReadIndex
+}
+
+// StoreCompiler is the compiler of the policies the store holds with this
+// policy set (drivers.StoreCompiled), or nil.
+func (s *Snapshot) StoreCompiler() *ast.Compiler {
+	for _, c := range s.Compiled {
+		if sc, ok := c.(drivers.StoreCompiled); ok {
+			return sc.StoreCompiler()
+		}
+	}
+	return nil
 }
 
 // NodeView is what the policy set's constraints read of a candidate Node:

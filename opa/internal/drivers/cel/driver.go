@@ -21,6 +21,7 @@
 package cel
 
 import (
+	"context"
 	"fmt"
 
 	celgo "github.com/google/cel-go/cel"
@@ -69,10 +70,50 @@ var gatekeeperVariables = []plugincel.NamedExpressionAccessor{
 // spec.parameters.
 const gatekeeperParamsExpression = "!has(params.spec) ? null : !has(params.spec.parameters) ? null: params.spec.parameters"
 
-// Compile compiles a template's CEL code. An expression that does not
-// compile is not an error: every review of the template is then denied
-// with the compile error (under failure policy Fail), as in Gatekeeper.
-func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
+// Engine is "K8sNativeValidation".
+func (d *Driver) Engine() string { return Engine }
+
+// Check compiles t: CEL templates compile one by one.
+func (d *Driver) Check(t *gatekeeper.Template) (drivers.Program, error) {
+	return d.CompileTemplate(t)
+}
+
+// Compile gives the Programs of the templates in force: prev's for a
+// template it compiled, the one Check made, or a new one.
+func (d *Driver) Compile(_ context.Context, prev drivers.Compiled, templates map[string]*gatekeeper.Template, checked map[*gatekeeper.Template]drivers.Program) (drivers.Compiled, error) {
+	out := make(compiled, len(templates))
+	var before map[string]drivers.Program
+	if prev != nil {
+		before = prev.Programs()
+	}
+	for _, t := range templates {
+		if p, ok := before[t.Kind].(*Program); ok && p.t == t {
+			out[t.Kind] = p
+			continue
+		}
+		if p := checked[t]; p != nil {
+			out[t.Kind] = p
+			continue
+		}
+		p, err := d.CompileTemplate(t)
+		if err != nil {
+			return nil, fmt.Errorf("compile template %s: %w", t.Name, err)
+		}
+		out[t.Kind] = p
+	}
+	return out, nil
+}
+
+// compiled are the CEL templates' Programs, by kind.
+type compiled map[string]drivers.Program
+
+func (c compiled) Programs() map[string]drivers.Program { return c }
+
+// CompileTemplate compiles a template's CEL code. An expression that does
+// not compile is not an error: every review of the template is then
+// denied with the compile error (under failure policy Fail), as in
+// Gatekeeper.
+func (d *Driver) CompileTemplate(t *gatekeeper.Template) (*Program, error) {
 	if t.Engine != Engine || t.CEL == nil {
 		return nil, fmt.Errorf("template %s has no K8sNativeValidation code", t.Name)
 	}
@@ -129,7 +170,10 @@ func (d *Driver) Compile(t *gatekeeper.Template) (*Program, error) {
 	return p, nil
 }
 
-var _ drivers.Program = (*Program)(nil)
+var (
+	_ drivers.Driver  = (*Driver)(nil)
+	_ drivers.Program = (*Program)(nil)
+)
 
 // The expression accessors of the API server's CEL compiler: what each
 // expression is and the types it may return.

@@ -52,7 +52,7 @@ func TestFastTestMatchesComposition(t *testing.T) {
 		if tmpl == nil {
 			continue
 		}
-		p, err := d.Compile(tmpl)
+		p, err := d.CompileTemplate(tmpl)
 		if err != nil {
 			t.Fatalf("%s: %v", tf, err)
 		}
@@ -233,7 +233,7 @@ func libraryHelper(t testing.TB, name string) *memberHelper {
 	if tmpl == nil {
 		t.Fatalf("%s has no CEL code", path)
 	}
-	p, err := New().Compile(tmpl)
+	p, err := New().CompileTemplate(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestMembershipHelper(t *testing.T) {
 	d := New()
 	helperOf := func(s *gatekeeper.CELSource) (drivers.Helper, analysis.HelperDeps) {
 		t.Helper()
-		p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: s, FailurePolicy: gatekeeper.FailurePolicyFail})
+		p, err := d.CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: s, FailurePolicy: gatekeeper.FailurePolicyFail})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func TestLookupKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src := gatekeeper.CELSource{Validations: []gatekeeper.CELValidation{{Expression: tc.validation}}}
-			p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
+			p, err := d.CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
 			if err != nil {
 				t.Fatal(err)
 			}

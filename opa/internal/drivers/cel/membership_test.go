@@ -100,7 +100,7 @@ func TestMemberships(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src := gatekeeper.CELSource{Variables: tc.vars, Validations: []gatekeeper.CELValidation{{Expression: tc.validation}}}
-			p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
+			p, err := d.CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestMembershipPrinted(t *testing.T) {
 		},
 		Validations: []gatekeeper.CELValidation{{Expression: `size(variables.bad) == 0`, MessageExpression: `variables.bad.map(c, c.image).join(", ")`}},
 	}
-	p, err := New().Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
+	p, err := New().CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &src, FailurePolicy: gatekeeper.FailurePolicyFail})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,9 @@ func (p *Program) Guards() [][]analysis.Guard { return nil }
 // InventoryReads: CEL code cannot see data.inventory.
 func (p *Program) InventoryReads() inventory.Reads { return inventory.Reads{} }
 
+// ReadsConstraint: CEL's params is the whole Constraint.
+func (p *Program) ReadsConstraint() bool { return true }
+
 // ListViolations: one violation per failed validation, in order,
 // duplicates kept, as Gatekeeper's k8scel driver reports them.
 func (p *Program) ListViolations() bool { return true }

@@ -83,7 +83,7 @@ func TestEval(t *testing.T) {
 			if policy == "" {
 				policy = gatekeeper.FailurePolicyFail
 			}
-			p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &tc.src, FailurePolicy: policy})
+			p, err := d.CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &tc.src, FailurePolicy: policy})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -262,7 +262,7 @@ func TestAnalyze(t *testing.T) {
 	d := New()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := d.Compile(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &tc.src, FailurePolicy: gatekeeper.FailurePolicyFail})
+			p, err := d.CompileTemplate(&gatekeeper.Template{Name: "t", Kind: "T", Engine: Engine, CEL: &tc.src, FailurePolicy: gatekeeper.FailurePolicyFail})
 			if err != nil {
 				t.Fatal(err)
 			}

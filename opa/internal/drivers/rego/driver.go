@@ -55,55 +55,65 @@ func capabilities(allowNetwork bool) *ast.Capabilities {
 	return caps
 }
 
-// Capabilities are the builtins templates may call.
-func (d *Driver) Capabilities() *ast.Capabilities { return d.caps }
+// Engine is "Rego".
+func (d *Driver) Engine() string { return Engine }
 
-// EmptyCompiler is the compiler of a policy set without templates.
-func (d *Driver) EmptyCompiler() *ast.Compiler {
-	return ast.NewCompiler().WithCapabilities(d.caps)
-}
-
-// CheckAlone compiles one template on its own, so that its errors are its
-// own and never blamed on the policy set.
-func (d *Driver) CheckAlone(t *gatekeeper.Template) error {
+// Check compiles one template on its own, so that its errors are its own
+// and never blamed on the policy set. It gives no Program: a template's
+// Rego is compiled with the policy set's.
+func (d *Driver) Check(t *gatekeeper.Template) (drivers.Program, error) {
 	modules, err := t.Modules()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c := ast.NewCompiler().WithCapabilities(d.caps).WithEnablePrintStatements(false)
 	c.Compile(modules)
 	if c.Failed() {
-		return fmt.Errorf("%w: compile: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
+		return nil, fmt.Errorf("%w: compile: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
 	}
-	return nil
+	return nil, nil
 }
 
 // Compile compiles the templates in force together, as the store will
 // hold them, and prepares each one's Program, by kind.
-func (d *Driver) Compile(ctx context.Context, templates map[string]*gatekeeper.Template) (*ast.Compiler, map[string]*Program, error) {
+func (d *Driver) Compile(ctx context.Context, _ drivers.Compiled, templates map[string]*gatekeeper.Template, _ map[*gatekeeper.Template]drivers.Program) (drivers.Compiled, error) {
 	modules := map[string]*ast.Module{}
 	for _, t := range templates {
 		ms, err := t.Modules()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		maps.Copy(modules, ms)
 	}
 	c := ast.NewCompiler().WithCapabilities(d.caps).WithEnablePrintStatements(false)
 	c.Compile(modules)
 	if c.Failed() {
-		return nil, nil, fmt.Errorf("%w: compile policy set: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
+		return nil, fmt.Errorf("%w: compile policy set: %v", gatekeeper.ErrInvalidTemplate, c.Errors)
 	}
-	programs := make(map[string]*Program, len(templates))
+	out := &compiled{compiler: c, programs: make(map[string]drivers.Program, len(templates))}
 	for _, t := range templates {
 		p, err := d.prepare(ctx, c, t)
 		if err != nil {
-			return nil, nil, fmt.Errorf("prepare template %s: %w", t.Name, err)
+			return nil, fmt.Errorf("prepare template %s: %w", t.Name, err)
 		}
-		programs[t.Kind] = p
+		out.programs[t.Kind] = p
 	}
-	return c, programs, nil
+	return out, nil
 }
+
+// compiled is the policy set's Rego: one compiler, the store's.
+type compiled struct {
+	compiler *ast.Compiler
+	programs map[string]drivers.Program
+}
+
+func (c *compiled) Programs() map[string]drivers.Program { return c.programs }
+func (c *compiled) StoreCompiler() *ast.Compiler         { return c.compiler }
+
+var (
+	_ drivers.Driver        = (*Driver)(nil)
+	_ drivers.StoreCompiled = (*compiled)(nil)
+)
 
 // noMetrics spares each evaluation OPA's metrics (three maps and a timer
 // per phase, about a tenth of what a one-off pod's evaluations

@@ -56,6 +56,10 @@ func (d *Driver) prepare(ctx context.Context, c *ast.Compiler, t *gatekeeper.Tem
 	return p, nil
 }
 
+// ReadsConstraint: Rego reads input.parameters, never the whole
+// Constraint.
+func (p *Program) ReadsConstraint() bool { return false }
+
 // Template is the template the program was compiled from.
 func (p *Program) Template() *gatekeeper.Template { return p.t }
 
