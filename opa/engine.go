@@ -123,6 +123,8 @@ type Engine struct {
 	// reg numbers what every policy set shares (policyset.go).
 	reg *policyset.Registry
 
+	// w stages and commits Apply's batches (applier).
+	w applier
 	// mu serialises writers; the fields below belong to it.
 	mu          sync.Mutex
 	templates   map[string]*templateState // by template name
@@ -197,6 +199,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		workers:     newWorkerPool(),
 		pools:       newPools(),
 	}
+	e.w = applier{e}
 	e.store = inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 	e.inv = inventory.New(e.store)
 	e.drivers = newDrivers(e.store, opts)
@@ -248,6 +251,12 @@ func (e *Engine) onCompilerChange() {
 	}
 }
 
+// applier stages Apply's changes, compiles the policy set they make and
+// commits it with the inventory: the engine's write side, whose state
+// (templates, constraints, the inventory's writer) belongs to the write
+// lock.
+type applier struct{ *Engine }
+
 // Apply adds, updates and removes templates, constraints and inventory
 // objects in one step: everything accepted becomes visible at once. A
 // change that is refused (a template that does not compile, an invalid
@@ -267,27 +276,27 @@ func (e *Engine) Apply(ctx context.Context, changes []policy.Change) []*policy.A
 		gvk := ref.GroupVersionKind
 		switch {
 		case gvk.Group == policy.TemplateGroup && gvk.Kind == "ConstraintTemplate":
-			e.stageTemplate(b, ch, ref)
+			e.w.stageTemplate(b, ch, ref)
 		case gvk.Group == policy.ConstraintGroup:
-			e.stageConstraint(b, ch, ref)
+			e.w.stageConstraint(b, ch, ref)
 		default:
 			b.inventory = append(b.inventory, ch)
 		}
 	}
-	e.refuseDuplicateKinds(b)
+	e.w.refuseDuplicateKinds(b)
 
-	next, err := e.nextSnapshot(ctx, b)
+	next, err := e.w.nextSnapshot(ctx, b)
 	if err != nil {
 		for name, t := range b.templates {
 			if t != nil {
-				e.templateState(name).err = err
+				e.w.templateState(name).err = err
 				b.fail(templateRef(name), err)
 			}
 		}
 		b.templates = map[string]*gatekeeper.Template{}
-		next, _ = e.nextSnapshot(ctx, b)
+		next, _ = e.w.nextSnapshot(ctx, b)
 	}
-	if ierrs := e.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
+	if ierrs := e.w.commit(ctx, b.templates, next, b.inventory); len(ierrs) > 0 {
 		b.errs = append(b.errs, ierrs...)
 	}
 	return b.errs
@@ -312,7 +321,7 @@ func templateRef(name string) policy.ObjectRef {
 
 // stageTemplate parses and compiles a template change on its own; a
 // refused one leaves the version in force.
-func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef) {
+func (e *applier) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef) {
 	if ch.Object == nil {
 		b.templates[ref.Name] = nil
 		return
@@ -325,11 +334,11 @@ func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef)
 		DefaultFailurePolicy:       e.opts.DefaultK8sNativeValidationFailurePolicy,
 	})
 	if err == nil {
-		err = e.check(b, t)
+		err = e.w.check(b, t)
 	}
 	if err != nil {
 		e.stats.compileErrors.Add(1)
-		e.templateState(ref.Name).err = err
+		e.w.templateState(ref.Name).err = err
 		e.log.Warn("template rejected; the previous version stays in force", "template", ref.Name, "err", err)
 		b.fail(ref, err)
 		return
@@ -340,7 +349,7 @@ func (e *Engine) stageTemplate(b *batch, ch policy.Change, ref policy.ObjectRef)
 // stageConstraint parses a constraint change and checks its parameters
 // against its template's schema (the staged version, when the batch
 // changes it); a refused one leaves the version in force.
-func (e *Engine) stageConstraint(b *batch, ch policy.Change, ref policy.ObjectRef) {
+func (e *applier) stageConstraint(b *batch, ch policy.Change, ref policy.ObjectRef) {
 	key := policy.ConstraintKey{Kind: ref.GroupVersionKind.Kind, Name: ref.Name}
 	if ch.Object == nil {
 		if _, ok := e.constraints[key]; ok {
@@ -369,7 +378,7 @@ func (e *Engine) stageConstraint(b *batch, ch policy.Change, ref policy.ObjectRe
 	if st.current != nil && st.err == nil && st.current.Content == c.Content {
 		return
 	}
-	if t := e.templateForKind(key.Kind, b.templates); t != nil {
+	if t := e.w.templateForKind(key.Kind, b.templates); t != nil {
 		if _, err := gatekeeper.CheckParameters(t.Schema, c.RawParameters, t.LegacySchema); err != nil {
 			refuse(err)
 			return
@@ -381,7 +390,7 @@ func (e *Engine) stageConstraint(b *batch, ch policy.Change, ref policy.ObjectRe
 
 // refuseDuplicateKinds drops staged templates whose kind another template
 // defines: Gatekeeper owns one CRD per kind.
-func (e *Engine) refuseDuplicateKinds(b *batch) {
+func (e *applier) refuseDuplicateKinds(b *batch) {
 	for name, t := range b.templates {
 		if t == nil {
 			continue
@@ -394,7 +403,7 @@ func (e *Engine) refuseDuplicateKinds(b *batch) {
 				continue
 			}
 			err := fmt.Errorf("%w: kind %s is already defined by template %s", gatekeeper.ErrInvalidTemplate, t.Kind, other)
-			e.templateState(name).err = err
+			e.w.templateState(name).err = err
 			b.fail(templateRef(name), err)
 			delete(b.templates, name)
 			break
@@ -404,7 +413,7 @@ func (e *Engine) refuseDuplicateKinds(b *batch) {
 
 // templateForKind finds the template that will define kind after this
 // batch: one changed in it, else the one in force.
-func (e *Engine) templateForKind(kind string, changed map[string]*gatekeeper.Template) *gatekeeper.Template {
+func (e *applier) templateForKind(kind string, changed map[string]*gatekeeper.Template) *gatekeeper.Template {
 	for _, t := range changed {
 		if t != nil && t.Kind == kind {
 			return t
@@ -425,7 +434,7 @@ func sameVersion(rv string, u *unstructured.Unstructured) bool {
 	return rv != "" && rv == u.GetResourceVersion()
 }
 
-func (e *Engine) templateState(name string) *templateState {
+func (e *applier) templateState(name string) *templateState {
 	st := e.templates[name]
 	if st == nil {
 		st = &templateState{}
@@ -437,7 +446,7 @@ func (e *Engine) templateState(name string) *templateState {
 // nextSnapshot builds the policy set that results from the batch's
 // changes. Templates are compiled only by the drivers whose templates
 // changed (compileTemplates).
-func (e *Engine) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapshot, error) {
+func (e *applier) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapshot, error) {
 	cur := e.snap.Load()
 	changed := b.templates
 	if len(changed) == 0 && !b.constraintsChanged {
@@ -445,7 +454,7 @@ func (e *Engine) nextSnapshot(ctx context.Context, b *batch) (*policyset.Snapsho
 	}
 	next := &policyset.Snapshot{Generation: cur.Generation + 1, Compiled: cur.Compiled, Templates: cur.Templates}
 	if len(changed) > 0 {
-		templates, err := e.compileTemplates(ctx, cur, changed, b.checked)
+		templates, err := e.w.compileTemplates(ctx, cur, changed, b.checked)
 		if err != nil {
 			return nil, err
 		}
@@ -478,7 +487,7 @@ func newDrivers(store storage.Store, opts Options) map[string]drivers.Driver {
 
 // check compiles a template of the batch alone, with its engine's driver,
 // and keeps the Program the driver may give for the batch's compile.
-func (e *Engine) check(b *batch, t *gatekeeper.Template) error {
+func (e *applier) check(b *batch, t *gatekeeper.Template) error {
 	d := e.drivers[t.Engine]
 	if d == nil {
 		return fmt.Errorf("%w: no driver for engine %q", gatekeeper.ErrInvalidTemplate, t.Engine)
@@ -494,7 +503,7 @@ func (e *Engine) check(b *batch, t *gatekeeper.Template) error {
 // changed, with each driver whose templates the batch changes (the
 // others' stay compiled as in cur), and keeps cur's compiled template for
 // a Program that did not change.
-func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, checked map[*gatekeeper.Template]drivers.Program) (*policyset.Snapshot, error) {
+func (e *applier) compileTemplates(ctx context.Context, cur *policyset.Snapshot, changed map[string]*gatekeeper.Template, checked map[*gatekeeper.Template]drivers.Program) (*policyset.Snapshot, error) {
 	byEngine := map[string]map[string]*gatekeeper.Template{}
 	touched := map[string]bool{} // engines whose templates the batch changes
 	inForce := map[string]*gatekeeper.Template{}
@@ -548,7 +557,7 @@ func (e *Engine) compileTemplates(ctx context.Context, cur *policyset.Snapshot, 
 // storeChanges says whether changed adds, replaces or removes code the
 // store holds (a template's Texts): only then do the store's policies and
 // their compiler change.
-func (e *Engine) storeChanges(changed map[string]*gatekeeper.Template) bool {
+func (e *applier) storeChanges(changed map[string]*gatekeeper.Template) bool {
 	for name, t := range changed {
 		if t != nil && len(t.Texts) > 0 {
 			return true
@@ -565,7 +574,7 @@ func (e *Engine) storeChanges(changed map[string]*gatekeeper.Template) bool {
 // policy set in force before the commit (loaded after its transaction
 // opened, before the new set was installed): the view serves both until
 // the next commit.
-func (e *Engine) nodeViewAfter(next *policyset.Snapshot) inventory.View {
+func (e *applier) nodeViewAfter(next *policyset.Snapshot) inventory.View {
 	constraints := e.snap.Load().Constraints
 	if next != nil {
 		constraints = append(append([]*policyset.BoundConstraint(nil), constraints...), next.Constraints...)
@@ -577,7 +586,7 @@ func (e *Engine) nodeViewAfter(next *policyset.Snapshot) inventory.View {
 // the inventory generation just committed, with the Nodes requests read
 // now. Should the store fail to open a transaction, requests look Nodes up
 // directly until the next commit builds the index anew.
-func (e *Engine) advanceNodeIndex(ctx context.Context, prev, gen uint64, changed []string, whole bool) {
+func (e *applier) advanceNodeIndex(ctx context.Context, prev, gen uint64, changed []string, whole bool) {
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return
@@ -589,7 +598,7 @@ func (e *Engine) advanceNodeIndex(ctx context.Context, prev, gen uint64, changed
 
 // commit writes policies and inventory in one store transaction and
 // installs the next snapshot when its compiler is in force.
-func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *policyset.Snapshot, inv []policy.Change) []*policy.ApplyError {
+func (e *applier) commit(ctx context.Context, templates map[string]*gatekeeper.Template, next *policyset.Snapshot, inv []policy.Change) []*policy.ApplyError {
 	if next == nil && len(inv) == 0 {
 		return nil
 	}
@@ -618,7 +627,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 			}
 		}
 	}
-	view := e.nodeViewAfter(next)
+	view := e.w.nodeViewAfter(next)
 	raw, recut, err := e.inv.Cut(ctx, txn, view)
 	if err != nil {
 		e.store.Abort(ctx, txn)
@@ -635,7 +644,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 		e.store.Abort(ctx, txn)
 		return append(errs, &ApplyError{Err: err})
 	}
-	recompiled := next != nil && len(templates) > 0 && e.storeChanges(templates)
+	recompiled := next != nil && len(templates) > 0 && e.w.storeChanges(templates)
 	if recompiled {
 		plugins.SetCompilerOnContext(params.Context, next.StoreCompiler())
 		e.pending = next
@@ -660,7 +669,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 				delete(e.templates, name)
 				continue
 			}
-			st := e.templateState(name)
+			st := e.w.templateState(name)
 			st.current, st.err = t, nil
 		}
 		e.log.Info("policy set installed", "generation", next.Generation, "templates", len(next.Templates), "constraints", len(next.Constraints))
@@ -668,7 +677,7 @@ func (e *Engine) commit(ctx context.Context, templates map[string]*gatekeeper.Te
 	prevGen := e.inv.Generation()
 	e.inv.Committed(gen, view, raw)
 	if gen != prevGen {
-		e.advanceNodeIndex(ctx, prevGen, gen, written.Nodes, recut)
+		e.w.advanceNodeIndex(ctx, prevGen, gen, written.Nodes, recut)
 	}
 	for k, d := range written.Counts {
 		e.invCounts[k] += d

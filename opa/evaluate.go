@@ -3,7 +3,6 @@ package opa
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -126,8 +125,8 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	r := e.newRequest(ctx, v, e.podInput(ctx, v.txn, pod), req.Explain)
 	defer r.end()
-	keys := r.reuseKeys(pod)
-	if err := r.candidates(req.Candidates); err != nil {
+	keys := r.keys.reuseKeys(pod)
+	if err := r.cands.candidates(req.Candidates); err != nil {
 		return nil, err
 	}
 	p := r.placement()
@@ -140,11 +139,11 @@ func (e *Engine) Evaluate(ctx context.Context, req PlacementRequest) (*Placement
 	}
 	p.Evaluations = int(r.evals)
 	p.settle()
-	r.handBindings(p)
+	r.reviews.handBindings(p)
 	if reusable && req.Reuse == ReuseKeep {
 		e.recent.keep(r, pod, p)
 	}
-	r.keepKeys(pod, keys)
+	r.keys.keepKeys(pod, keys)
 	return p, nil
 }
 
@@ -219,14 +218,40 @@ func (r *request) evalCancel() topdown.Cancel {
 }
 
 func (e *Engine) newRequest(ctx context.Context, v storeView, in podInput, explain bool) *request {
-	return &request{
+	return (&request{
 		e: e, ctx: ctx, txn: v.txn, snap: v.snap, in: in,
 		invGen:    ast.NewTerm(v.invGen),
 		kindGens:  v.kindGens,
 		explain:   explain,
 		podReview: ast.NewTerm(in.review),
-	}
+	}).withParts()
 }
+
+// withParts gives r its parts.
+func (r *request) withParts() *request {
+	r.cands, r.keys, r.helpers = candidateSlots{r}, memoKeys{r}, helperCalls{r}
+	r.fetch, r.reviews, r.msgs = prefetcher{r}, reviews{r}, messages{r}
+	return r
+}
+
+// The request's parts: each reads the request's state through it.
+type (
+	// candidateSlots fill the candidates' slots and sort them into node
+	// classes, each with the values its constraints print of it.
+	candidateSlots struct{ *request }
+	// memoKeys make the memo keys of the pod and its nodes, and keep a
+	// workload's key values for its next pod.
+	memoKeys struct{ *request }
+	// helperCalls answer the helpers a memo key stands in for.
+	helperCalls struct{ *request }
+	// prefetcher evaluates the pod-only memo misses ahead, in parallel.
+	prefetcher struct{ *request }
+	// reviews make the pod's reviews with placeholders and keep their
+	// bindings for the answer.
+	reviews struct{ *request }
+	// messages decide which printed values a placeholder may stand for.
+	messages struct{ *request }
+)
 
 // placement is an empty answer for the request's candidates.
 func (r *request) placement() *Placement {
@@ -247,7 +272,7 @@ func (r *request) placement() *Placement {
 // policy order.
 func (r *request) judgePod(p *Placement) ([]int, error) {
 	steps, podOnly, nodeReading := r.matchPod(p)
-	r.prefetch(podOnly)
+	r.fetch.prefetch(podOnly)
 	for _, s := range steps {
 		switch {
 		case s.matchErr != nil:
@@ -367,107 +392,23 @@ func (r *request) judgeNodes(p *Placement, nodeReading []int) error {
 	return nil
 }
 
-// candidates fills the request's node slots: request nodes converted, the
-// others looked up in the inventory.
-func (r *request) candidates(cands []Candidate) error {
-	r.scratch = r.e.pools.scratch.Get()
-	r.scratch.grow(len(cands))
-	r.slots = r.scratch.slots
-	inventoryNodes, _ := r.e.inv.Value(r.ctx, r.txn, inventory.NodesPath).(ast.Object)
-	index := r.e.nodeIndex.Of(r.invGen.Value)
-	r.numberSlots(cands)
-	nameKey := &ast.Term{} // one lookup key for all candidates
-	known := func(i int, name string) ast.Value {
-		if index != nil {
-			return index.NodeNumbered(name, r.slotNums[i], r.numGen)
-		}
-		if inventoryNodes != nil {
-			nameKey.Value = ast.String(name)
-			if t := inventoryNodes.Get(nameKey); t != nil {
-				if _, ok := t.Value.(ast.Object); ok {
-					return t.Value
-				}
-			}
-		}
-		return nil
-	}
-	for i, c := range cands {
-		s := &r.slots[i]
-		s.name = c.Name
-		if c.Object == nil && c.JSON == nil {
-			s.value = known(i, c.Name)
-			continue
-		}
-		var err error
-		if s.value, s.fromRequest, err = r.requestNode(c, known(i, c.Name)); err != nil {
-			return err
-		}
-		r.override = true
-	}
-	if r.override {
-		// The request's nodes stand for the inventory's Nodes, one per
-		// name: a name given twice with two Nodes that differ in what the
-		// policy set reads would judge one candidate on the other's Node
-		// wherever a template reads the Nodes by name.
-		nodes := ast.NewObject()
-		for _, s := range r.slots {
-			key := ast.StringTerm(s.name)
-			if t := nodes.Get(key); t != nil && s.value != nil && t.Value.Compare(s.value) != 0 {
-				return fmt.Errorf("candidate %q given twice with different Nodes: a request judges one Node per name", s.name)
-			}
-			if s.value != nil {
-				nodes.Insert(key, ast.NewTerm(s.value))
-			}
-		}
-		r.nodes = ast.NewTerm(nodes)
-	}
-	return nil
-}
-
-// numberSlots numbers the candidates' names (memo.Names, for the node
-// classes and the node index) into r.slotNums, under r.numGen.
-func (r *request) numberSlots(cands []Candidate) {
-	names := r.scratch.names
-	for i, c := range cands {
-		names[i] = c.Name
-	}
-	r.slotNums = r.scratch.slotNums
-	r.numGen = r.e.names.IDs(names, r.slotNums)
-}
-
-// requestNode is the value a Node sent with the request stands for: cut to
-// what the request's policy set reads of a candidate (so that converting
-// it costs what the policies read, not the whole Node), and the
-// inventory's own value when that is equal: a Node the inventory holds as
-// the scheduler sent it then shares the inventory Node's remembered node
-// classes, and costs a class lookup, not a projection or an evaluation.
-// fromRequest reports that the value is the request's own.
-func (r *request) requestNode(c Candidate, known ast.Value) (ast.Value, bool, error) {
-	var v ast.Value
-	if c.Object != nil {
-		content := r.snap.NodeView().Cut(inventory.WithoutManagedFields(gatekeeper.WithTypeMeta(c.Object, schema.GroupVersionKind{Version: "v1", Kind: "Node"})))
-		var err error
-		if v, err = ast.InterfaceToValue(content); err != nil {
-			return nil, false, fmt.Errorf("convert node %s: %w", c.Name, err)
-		}
-		if _, ok := v.(ast.Object); !ok {
-			return nil, false, fmt.Errorf("node %s is not an object", c.Name)
-		}
-	} else {
-		obj, err := r.snap.NodeView().CutJSON(c.JSON)
-		if err != nil {
-			return nil, false, fmt.Errorf("read node %s: %w", c.Name, err)
-		}
-		v = obj
-	}
-	if known != nil && known.Compare(v) == 0 {
-		return known, false, nil
-	}
-	return v, true, nil
-}
-
-// request is the state of one Evaluate call.
+// request is the state of one Evaluate call, and its judgement of the
+// pod's constraints on the candidates (judgePod, judgeNodes). Its parts
+// are the work it delegates, each a type with the methods that belong to
+// it: the candidates' slots and node classes (cands, candidates.go), memo
+// keys (keys: memokeys.go, inventorykey.go, workloadkeys.go), helper
+// answers (helpers, helper.go), the pod-only evaluations run ahead in
+// parallel (fetch, prefetch.go), the reviews with placeholders and the
+// bindings they keep (reviews, results.go), and the printed values behind
+// placeholders (msgs, message.go).
 type request struct {
+	cands   candidateSlots
+	keys    memoKeys
+	helpers helperCalls
+	fetch   prefetcher
+	reviews reviews
+	msgs    messages
+
 	// cancelOnce makes cancelOpt, the evaluations' cancellation
 	// (evalCancel); stopCancel unregisters it.
 	cancelOnce sync.Once
@@ -514,25 +455,15 @@ type request struct {
 	hits, misses, evals uint64
 }
 
-type nodeSlot struct {
-	name  string
-	value ast.Value // nil: unknown node
-	// fromRequest: the node came with the request, not from the inventory.
-	fromRequest bool
-	// review is the pod's review with spec.nodeName set to this node,
-	// built on first need.
-	review *ast.Term
-}
-
 func (r *request) evalConstraint(bc *policyset.BoundConstraint, order int, p *Placement) error {
 	a := bc.Analysis
-	memoOK := r.memoOK(bc)
+	memoOK := r.keys.memoOK(bc)
 	r.unrepeatable = r.unrepeatable || a.Nondeterministic
 	var pod *podView
-	if f := r.fetchedAt(order); f != nil {
+	if f := r.fetch.fetchedAt(order); f != nil {
 		pod = f.view // made by prefetch for the same constraint and memoOK
 	} else {
-		pod = r.podView(bc, memoOK)
+		pod = r.reviews.podView(bc, memoOK)
 	}
 	if a.PerPod() {
 		start := r.now()
@@ -542,7 +473,7 @@ func (r *request) evalConstraint(bc *policyset.BoundConstraint, order int, p *Pl
 		}
 		res = r.e.reg.Placeholders.Substitute(res, pod.bind)
 		d := r.since(start)
-		if f := r.fetchedAt(order); f != nil && f.evaluated && r.explain {
+		if f := r.fetch.fetchedAt(order); f != nil && f.evaluated && r.explain {
 			d += f.took
 		}
 		r.recordCommon(p, bc, order, res, hit, d)
@@ -558,12 +489,12 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 	a := bc.Analysis
 	var entry *memoEntry
 	if memoOK && !a.NodeNameObserved {
-		entry = r.entry(bc, r.keyTerms(bc, r.podReview, pod))
+		entry = r.keys.entry(bc, r.keys.keyTerms(bc, r.podReview, pod))
 	}
 	readsNode := len(a.NodePaths) > 0 || len(a.NodeExists) > 0 || len(bc.NodeMsgs) > 0 || bc.NameMsg != nil
 	var classes []int
 	if memoOK && readsNode {
-		classes = r.nodeClasses(bc, p)
+		classes = r.cands.nodeClasses(bc, p)
 	}
 	subst := memoOK && (len(bc.NodeMsgs) > 0 || bc.NameMsg != nil)
 	// Cells are made at the first violation: most constraints are
@@ -586,7 +517,7 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 		start := r.now()
 		e := entry
 		if memoOK && e == nil {
-			e = r.entry(bc, r.keyTerms(bc, r.nodeReview(r.podReview, i, r.slots[i].name), pod))
+			e = r.keys.entry(bc, r.keys.keyTerms(bc, r.reviews.nodeReview(r.podReview, i, r.slots[i].name), pod))
 		}
 		class := 0
 		if e != nil && readsNode {
@@ -623,7 +554,7 @@ func (r *request) evalNodes(bc *policyset.BoundConstraint, order int, p *Placeme
 				col.cells = p.newCells(len(r.slots))
 			}
 			violated = true
-			col.set(i, res, r.printed(bc, i, subst))
+			col.set(i, res, r.cands.printed(bc, i, subst))
 		}
 		if r.explain {
 			p.AddTrace(i, r.trace(bc, r.e.reg.Placeholders.Substitute(res, col.bindingsOf(i)), hit, false, r.since(start)))
@@ -666,19 +597,6 @@ func (c *classCache) put(class int, res []verdict.Result) {
 	c.n++
 }
 
-// printed gives node i's printed values for bc (remembered with its
-// class), nil when bc prints none.
-func (r *request) printed(bc *policyset.BoundConstraint, i int, subst bool) *nodePrinted {
-	if !subst {
-		return nil
-	}
-	if printed, _ := r.classAux[i].(*nodePrinted); printed != nil {
-		return printed
-	}
-	_, printed := r.project(bc, r.slots[i].name, r.slots[i].value)
-	return printed
-}
-
 // evalNode evaluates a constraint on one node. With subst, the node's
 // printed values (its name, the paths bc.nodeMsgs) are placeholders: the
 // node is given to the query in place of the inventory's, under the
@@ -686,7 +604,7 @@ func (r *request) printed(bc *policyset.BoundConstraint, i int, subst bool) *nod
 func (r *request) evalNode(bc *policyset.BoundConstraint, i int, pod *podView, subst bool) ([]verdict.Result, error) {
 	s := &r.slots[i]
 	if !subst {
-		return r.eval(bc, r.nodeReview(r.reviewOf(pod), i, s.name), true)
+		return r.eval(bc, r.reviews.nodeReview(r.reviews.reviewOf(pod), i, s.name), true)
 	}
 	node, key := s.value, s.name
 	for _, m := range bc.NodeMsgs {
@@ -701,11 +619,7 @@ func (r *request) evalNode(bc *policyset.BoundConstraint, i int, pod *podView, s
 		}
 	}
 	nodes := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm(key), ast.NewTerm(node))))
-	return r.evalWith(bc, r.nodeReview(r.reviewOf(pod), -1, key), nodes)
-}
-
-func (r *request) entry(bc *policyset.BoundConstraint, key []*ast.Term) *memoEntry {
-	return r.e.memo.Find(bc.Owner, key)
+	return r.evalWith(bc, r.reviews.nodeReview(r.reviews.reviewOf(pod), -1, key), nodes)
 }
 
 func (r *request) addStats() {
@@ -718,28 +632,6 @@ func (r *request) addStats() {
 	if r.evals > 0 {
 		r.e.stats.evaluations.Add(r.evals)
 	}
-}
-
-// nodeClasses gives the class of every known candidate for bc, in one
-// pass under one read lock for the inventory nodes already classified.
-func (r *request) nodeClasses(bc *policyset.BoundConstraint, p *Placement) []int {
-	if r.slotValues == nil {
-		r.slotValues = r.scratch.slotValues
-		for i, s := range r.slots {
-			r.slotValues[i] = s.value
-		}
-	}
-	ids, aux := r.scratch.classIDs, r.scratch.classAux // Known writes every element
-	r.classAux = aux
-	remember := func(i int) bool { return !r.slots[i].fromRequest }
-	bc.Classes.Known(r.numGen, r.slotNums, r.slotValues, remember, ids, aux)
-	for i := range r.slots {
-		if ids[i] == 0 && !p.Nodes[i].Unknown {
-			s := &r.slots[i]
-			ids[i], aux[i] = bc.Classes.Of(r.numGen, r.slotNums[i], s.value, !s.fromRequest, func() (*ast.Array, any) { return r.project(bc, s.name, s.value) })
-		}
-	}
-	return ids
 }
 
 // now and since time evaluations only when explain asked for them.
@@ -755,15 +647,6 @@ func (r *request) since(t time.Time) time.Duration {
 		return time.Since(t)
 	}
 	return 0
-}
-
-// memoOK reports whether bc's verdicts may come from the memo. Nodes sent
-// with a request stand in for the inventory's Nodes: a template that
-// reads Nodes other than the candidate sees the request's, which no key
-// holds; one that reads other kinds keys on their generations as ever.
-func (r *request) memoOK(bc *policyset.BoundConstraint) bool {
-	a := bc.Analysis
-	return !r.e.opts.DisableMemo && !a.Nondeterministic && !(r.override && a.OtherNodes) && keysDistinct(r.podReview, a.DistinctKeys)
 }
 
 // keysDistinct reports whether the review's values at each group's paths
@@ -856,7 +739,7 @@ func (r *request) recordCommon(p *Placement, bc *policyset.BoundConstraint, orde
 
 func (r *request) trace(bc *policyset.BoundConstraint, res []verdict.Result, hit, perPod bool, d time.Duration) ConstraintTrace {
 	t := ConstraintTrace{Constraint: bc.Constraint.Key, Action: bc.Constraint.Action, Engine: bc.Template.Program.Engine(), Memoised: hit, PerPod: perPod, Duration: d,
-		Evaluated: string(bc.Class), Why: bc.Analysis.Why, Keyed: r.keptPrinted(bc)}
+		Evaluated: string(bc.Class), Why: bc.Analysis.Why, Keyed: r.msgs.keptPrinted(bc)}
 	for _, x := range res {
 		t.Violations = append(t.Violations, x.Msg)
 		if x.Listed {
@@ -866,160 +749,23 @@ func (r *request) trace(bc *policyset.BoundConstraint, res []verdict.Result, hit
 	return t
 }
 
-// podKey is the pod's part of a memo key: the values at the input paths
-// the template reads, the printed paths (a marker where the placeholder
-// stands, the value where it could not), and the inventory generation if
-// the template reads more of the inventory than the candidate node.
-func (r *request) podKey(bc *policyset.BoundConstraint, review *ast.Term, pod *podView) *ast.Array {
-	return ast.NewArray(slices.Clone(r.keyTerms(bc, review, pod))...)
-}
-
-// keyTerms are podKey's elements, in the request's buffer: valid until
-// the next call (memo.Find copies what it keeps).
-func (r *request) keyTerms(bc *policyset.BoundConstraint, review *ast.Term, pod *podView) []*ast.Term {
-	b := r.buffers()
-	terms := b.key[:0]
-	for k, plan := range bc.KeyPlans {
-		if h := bc.KeyHelpers[k]; h != nil {
-			terms = append(terms, r.helperKey(h, review))
-			continue
-		}
-		terms = append(terms, r.keyValue(bc.KeyPathIDs[k], review, plan))
-	}
-	terms = append(terms, pod.key...)
-	if bc.Analysis.InventoryOther {
-		terms = r.inventoryTerms(terms, bc)
-	}
-	b.key = terms
-	return terms
-}
-
-// keyValue is the value at path in review: looked up once per request in
-// the pod's own review (the constraints of a library read the same paths,
-// containers[_].image in a dozen of them), every time in a node's.
-func (r *request) keyValue(id int, review *ast.Term, plan *lookup.InputPlan) *ast.Term {
-	if review != r.podReview {
-		return plan.Then(review, nil)
-	}
-	b := r.buffers()
-	slot := b.keyCache.At(id)
-	if *slot == nil {
-		*slot = plan.ThenWith(review, nil, &b.lists)
-	}
-	return *slot
-}
-
-// nodePrinted are a node's values printed by one constraint, ready to be
-// put into its results: computed once per Node value, with its class.
-type nodePrinted struct {
-	bindings verdict.Bindings
-	// inline holds the first bindings: a constraint prints one or two
-	// values of a node, and the node classes keep one nodePrinted per node
-	// and constraint, so one object each rather than two for the collector.
-	inline [2]verdict.Binding
-}
-
-// withValue is pr with x printed too; a nil pr is made on the first
-// value (most constraints print none of a node).
-func (pr *nodePrinted) withValue(x verdict.Binding) *nodePrinted {
-	if pr == nil {
-		pr = &nodePrinted{}
-		pr.bindings = pr.inline[:0]
-	}
-	pr.bindings = append(pr.bindings, x)
-	return pr
-}
-
-// project is a node's part of bc's memo key: the values at the node paths
-// the template reads, whether the paths it only tests are true, and for
-// printed values a marker where a placeholder can stand, else the value.
-// It also gives the printed values themselves.
-func (r *request) project(bc *policyset.BoundConstraint, name string, node ast.Value) (*ast.Array, *nodePrinted) {
-	var printed *nodePrinted
-	a := bc.Analysis
-	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.NodeMsgs)+1)
-	for _, path := range a.NodePaths {
-		terms = append(terms, lookup.At(node, path))
-	}
-	for _, path := range a.NodeExists {
-		terms = append(terms, ast.InternedTerm(lookup.Truthy(lookup.At(node, path))))
-	}
-	for _, m := range bc.NodeMsgs {
-		t := lookup.At(node, m.Path)
-		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote, m.Trim); ok {
-			t = verdict.PlaceholderKey
-			printed = printed.withValue(verdict.NewBinding(m.Index, v))
-		}
-		terms = append(terms, t)
-	}
-	if m := bc.NameMsg; m != nil {
-		t := ast.StringTerm(name)
-		if _, ok := verdict.Substitutable(t, m.Quote, m.Trim); ok {
-			t = verdict.PlaceholderKey
-			printed = printed.withValue(verdict.NewBinding(m.Index, name))
-		}
-		terms = append(terms, t)
-	}
-	return ast.NewArray(terms...), r.e.printed.shared(printed)
-}
-
-// nothingPrinted stands for the printed values of every node a constraint
-// prints nothing of: the node classes remember one per node and
-// constraint, and a value of its own each was tens of thousands of
-// objects for the collector to mark at 5000 Nodes. Never written to.
-var nothingPrinted = &nodePrinted{}
-
-// printedOnce holds an engine's nodePrinted of one printed value, shared
-// by every constraint that prints that value at that place: most print the
-// node's name, and one object per node and constraint was 5 MiB of the
-// live heap with 5000 Nodes and the realistic set (a nodePrinted is never
-// written to once made). Bounded: past maxPrintedOnce values it starts
-// over, so that the names of Nodes long gone (a cluster that scales) hold
-// at most a few MiB; objects the node classes hold stay theirs.
-type printedOnce struct {
-	mu sync.Mutex
-	m  map[verdict.Binding]*nodePrinted
-}
-
-const maxPrintedOnce = 1 << 15
-
-// shared is pr, or the nodePrinted of the same single value already made.
-func (o *printedOnce) shared(pr *nodePrinted) *nodePrinted {
-	switch {
-	case pr == nil:
-		return nothingPrinted
-	case len(pr.bindings) != 1:
-		return pr
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if same := o.m[pr.bindings[0]]; same != nil {
-		return same
-	}
-	if o.m == nil || len(o.m) >= maxPrintedOnce {
-		o.m = make(map[verdict.Binding]*nodePrinted)
-	}
-	o.m[pr.bindings[0]] = pr
-	return pr
-}
-
 // evalPod evaluates a template that cannot see the node, once per pod
 // class.
 func (r *request) evalPod(bc *policyset.BoundConstraint, order int, memoOK bool, pod *podView) ([]verdict.Result, bool, error) {
 	var e *memoEntry
-	f := r.fetchedAt(order) // only for memoised constraints
+	f := r.fetch.fetchedAt(order) // only for memoised constraints
 	switch {
 	case f != nil && f.hit:
 		r.hits++
-		return r.checkPlaceholders(bc, f.res, pod, true)
+		return r.msgs.checkPlaceholders(bc, f.res, pod, true)
 	case f != nil:
 		e = f.entry // a miss, found by prefetch
 		r.misses++
 	case memoOK:
-		e = r.entry(bc, r.keyTerms(bc, r.podReview, pod))
+		e = r.keys.entry(bc, r.keys.keyTerms(bc, r.podReview, pod))
 		if res, ok := e.Get(0); ok {
 			r.hits++
-			return r.checkPlaceholders(bc, res, pod, true)
+			return r.msgs.checkPlaceholders(bc, res, pod, true)
 		}
 		r.misses++
 	}
@@ -1028,7 +774,7 @@ func (r *request) evalPod(bc *policyset.BoundConstraint, order int, memoOK bool,
 	if f != nil && f.evaluated {
 		res, err = f.res, f.err
 	} else {
-		res, err = r.eval(bc, r.reviewOf(pod), false)
+		res, err = r.eval(bc, r.reviews.reviewOf(pod), false)
 	}
 	if err != nil {
 		return nil, false, err
@@ -1036,7 +782,7 @@ func (r *request) evalPod(bc *policyset.BoundConstraint, order int, memoOK bool,
 	if e != nil && verdict.Memorable(res) {
 		r.e.memo.Put(e, 0, res, verdict.ResultBytes(res))
 	}
-	return r.checkPlaceholders(bc, res, pod, false)
+	return r.msgs.checkPlaceholders(bc, res, pod, false)
 }
 
 // checkPlaceholders is evalPod's answer for res, evaluated with pod's
@@ -1048,7 +794,7 @@ func (r *request) evalPod(bc *policyset.BoundConstraint, order int, memoOK bool,
 // its real values, for itself only: that answer is not memoised (the
 // memo keeps the placeholders' error, so that the pods of the class go
 // straight to their own evaluation).
-func (r *request) checkPlaceholders(bc *policyset.BoundConstraint, res []verdict.Result, pod *podView, hit bool) ([]verdict.Result, bool, error) {
+func (r *messages) checkPlaceholders(bc *policyset.BoundConstraint, res []verdict.Result, pod *podView, hit bool) ([]verdict.Result, bool, error) {
 	if !bc.Analysis.PrintedThroughSeveral || !pod.placed || !verdict.HasError(res) || !verdict.Memorable(res) {
 		return res, hit, nil
 	}

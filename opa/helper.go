@@ -41,19 +41,19 @@ var helperMemoOptions = memo.Options{MaxResults: 1 << 16, MaxBytes: 4 << 20}
 // helperKey is the key value of a path ending in h's Helper in review:
 // the lookup of the path before it, each value found replaced by the
 // helper's answer on it.
-func (r *request) helperKey(h *policyset.KeyHelper, review *ast.Term) *ast.Term {
+func (r *helperCalls) helperKey(h *policyset.KeyHelper, review *ast.Term) *ast.Term {
 	if h.RawIDs != nil && review == r.podReview {
 		b := r.buffers()
 		raw := b.helperRaw[:0]
 		for i, id := range h.RawIDs {
-			raw = append(raw, r.keyValue(id, review, h.RawPlans[i]))
+			raw = append(raw, r.keys.keyValue(id, review, h.RawPlans[i]))
 		}
 		b.helperRaw = raw
-		if t, ok := r.knownAnswers(h, raw, h.EachDepth); ok {
+		if t, ok := r.helpers.knownAnswers(h, raw, h.EachDepth); ok {
 			return t
 		}
 	}
-	return h.ArgPlan.Then(review, func(v ast.Value) *ast.Term { return r.callHelper(h, v) })
+	return h.ArgPlan.Then(review, func(v ast.Value) *ast.Term { return r.helpers.callHelper(h, v) })
 }
 
 // knownAnswers is helperKey's value made from the values at h's raw
@@ -65,7 +65,7 @@ func (r *request) helperKey(h *policyset.KeyHelper, review *ast.Term) *ast.Term 
 // argument that is absent (h.argLast) is not called. ok is false at the
 // first answer the memo lacks: helperKey then looks the path up and calls
 // the helper.
-func (r *request) knownAnswers(h *policyset.KeyHelper, raw []*ast.Term, depth int) (*ast.Term, bool) {
+func (r *helperCalls) knownAnswers(h *policyset.KeyHelper, raw []*ast.Term, depth int) (*ast.Term, bool) {
 	if depth == 0 {
 		read := raw
 		if h.ArgLast {
@@ -103,7 +103,7 @@ func (r *request) knownAnswers(h *policyset.KeyHelper, raw []*ast.Term, depth in
 		for _, t := range raw {
 			elem = append(elem, t.Value.(*ast.Array).Elem(i))
 		}
-		a, ok := r.knownAnswers(h, elem, depth-1)
+		a, ok := r.helpers.knownAnswers(h, elem, depth-1)
 		if !ok {
 			return nil, false
 		}
@@ -159,7 +159,7 @@ func internedAnswers(answers []*ast.Term) *ast.Term {
 
 // helperEntry is what h reads of v (in the request's scratch buffer) and
 // the helper memo's entry for it.
-func (r *request) helperEntry(h *policyset.KeyHelper, v ast.Value) ([]*ast.Term, *memo.Entry[bool]) {
+func (r *helperCalls) helperEntry(h *policyset.KeyHelper, v ast.Value) ([]*ast.Term, *memo.Entry[bool]) {
 	b := r.buffers()
 	read := b.helperRead[:0] // memo.Find copies what it keeps
 	for _, p := range h.Reads {
@@ -171,17 +171,17 @@ func (r *request) helperEntry(h *policyset.KeyHelper, v ast.Value) ([]*ast.Term,
 
 // helperAnswer is h's answer on v, from the helper memo or evaluated now
 // (never deferred); ok is false when the evaluation failed.
-func (r *request) helperAnswer(h *policyset.KeyHelper, v ast.Value) (holds, ok bool) {
-	read, entry := r.helperEntry(h, v)
+func (r *helperCalls) helperAnswer(h *policyset.KeyHelper, v ast.Value) (holds, ok bool) {
+	read, entry := r.helpers.helperEntry(h, v)
 	if holds, ok := entry.Get(0); ok {
 		return holds, true
 	}
-	return r.evalHelper(h, v, entry, read)
+	return r.helpers.evalHelper(h, v, entry, read)
 }
 
 // callHelper is h's answer on v, from the helper memo or evaluated.
-func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
-	read, entry := r.helperEntry(h, v)
+func (r *helperCalls) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
+	read, entry := r.helpers.helperEntry(h, v)
 	if holds, ok := entry.Get(0); ok {
 		return ast.InternedTerm(holds)
 	}
@@ -189,7 +189,7 @@ func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
 		r.deferred = append(r.deferred, deferredHelper{h: h, v: v, entry: entry, read: slices.Clone(read)})
 		return lookup.Undefined // the key is made again once the helper ran
 	}
-	holds, ok := r.evalHelper(h, v, entry, read)
+	holds, ok := r.helpers.evalHelper(h, v, entry, read)
 	if !ok {
 		// Keyed on what it reads: the template's evaluation meets the error.
 		return lookup.Whole(ast.ArrayTerm(slices.Clone(read)...))
@@ -201,7 +201,7 @@ func (r *request) callHelper(h *policyset.KeyHelper, v ast.Value) *ast.Term {
 // read; ok is false when the evaluation failed (nothing is remembered).
 // It writes nothing of the request, so that prefetch may run it on
 // several goroutines.
-func (r *request) evalHelper(h *policyset.KeyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
+func (r *helperCalls) evalHelper(h *policyset.KeyHelper, v ast.Value, entry *memo.Entry[bool], read []*ast.Term) (holds, ok bool) {
 	holds, err := h.Query.Holds(r.ctx, drivers.HelperInput{Txn: r.txn, Parameters: h.Parameters, Constraint: h.Constraint, Argument: v, Cancel: r.evalCancel()})
 	r.e.stats.helperEvaluations.Add(1)
 	if err != nil {
@@ -226,7 +226,7 @@ type deferredHelper struct {
 
 // deferredCalls are the deferred helper answers to evaluate, each once,
 // in r.deferred's own storage (the caller clears it after the batch).
-func (r *request) deferredCalls() []deferredHelper {
+func (r *helperCalls) deferredCalls() []deferredHelper {
 	calls := r.deferred[:0]
 	seen := map[*memo.Entry[bool]]bool{}
 	for _, c := range r.deferred {

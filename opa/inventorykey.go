@@ -9,7 +9,7 @@ import (
 // inventoryTerms appends to terms what keys bc's verdicts on the
 // inventory beyond the candidate node: the generations of the kinds it
 // reads, or the whole inventory's when it may read any kind.
-func (r *request) inventoryTerms(terms []*ast.Term, bc *policyset.BoundConstraint) []*ast.Term {
+func (r *memoKeys) inventoryTerms(terms []*ast.Term, bc *policyset.BoundConstraint) []*ast.Term {
 	if bc.InvAny {
 		return append(terms, r.invGen)
 	}

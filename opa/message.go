@@ -17,20 +17,20 @@ import (
 
 // keptPrinted explains, for explain, which of the pod's values bc prints
 // stayed in the key and why: the tests walkMsgs makes, with their reasons.
-func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
+func (r *messages) keptPrinted(bc *policyset.BoundConstraint) []string {
 	var out []string
 	for i := range bc.PodMsgs {
 		m := &bc.PodMsgs[i]
 		if len(m.Path) == 0 || !m.Path[0].Equal(lookup.ReviewKey) {
 			continue
 		}
-		if !r.distinct(m) {
+		if !r.msgs.distinct(m) {
 			out = append(out, "input"+analysis.PathString(m.Path)+": the template compares its values with each other, and they are not pairwise distinct")
 			continue
 		}
 		j := analysis.EachAt(m.Path)
 		if j < 0 {
-			if why := r.keptWhy(m, bc.PodMsgGates[i], m.Text, r.podReview.Value, m.Path[1:]); why != "" {
+			if why := r.msgs.keptWhy(m, bc.PodMsgGates[i], m.Text, r.podReview.Value, m.Path[1:]); why != "" {
 				out = append(out, "input"+analysis.PathString(m.Path)+": "+why)
 			}
 			continue
@@ -42,7 +42,7 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 		for k := 0; k < arr.Len(); k++ {
 			concrete := append(append(append([]*ast.Term(nil), m.Path[:j]...), ast.InternedTerm(k)), m.Path[j+1:]...)
 			_, text := r.e.reg.Placeholders.OfElement(m.Index, k, func() []*ast.Term { return concrete })
-			if why := r.keptWhy(m, bc.PodMsgGates[i], text, arr.Elem(k).Value, m.Path[j+1:]); why != "" {
+			if why := r.msgs.keptWhy(m, bc.PodMsgGates[i], text, arr.Elem(k).Value, m.Path[j+1:]); why != "" {
 				out = append(out, "input"+analysis.PathString(concrete)+": "+why)
 			}
 		}
@@ -52,10 +52,10 @@ func (r *request) keptPrinted(bc *policyset.BoundConstraint) []string {
 
 // keptWhy is why the value at path below v gets no placeholder ("" when
 // it gets one): walkMsgs' tests, in order.
-func (r *request) keptWhy(m *verdict.MsgSlot, gates []*policyset.KeyHelper, text string, v ast.Value, path []*ast.Term) string {
+func (r *messages) keptWhy(m *verdict.MsgSlot, gates []*policyset.KeyHelper, text string, v ast.Value, path []*ast.Term) string {
 	if s, ok := verdict.SubstitutableAt(v, path, m.Quote, m.Trim); ok {
-		if r.absentFrom(m, s) {
-			if !r.gatesAgree(gates, s, text) {
+		if r.msgs.absentFrom(m, s) {
+			if !r.msgs.gatesAgree(gates, s, text) {
 				return "a test the template makes of it (keyed on its answer) answers otherwise for a placeholder"
 			}
 			return ""
@@ -88,10 +88,10 @@ func (r *request) keptWhy(m *verdict.MsgSlot, gates []*policyset.KeyHelper, text
 // tests the value, then sees the same with either. The answers are asked
 // now (not deferred: the decision must be the same on every walk), from
 // the helper memo or evaluated; a helper that fails keeps the value.
-func (r *request) gatesAgree(gates []*policyset.KeyHelper, s, text string) bool {
+func (r *messages) gatesAgree(gates []*policyset.KeyHelper, s, text string) bool {
 	for _, h := range gates {
-		a, okA := r.helperAnswer(h, ast.String(s))
-		b, okB := r.helperAnswer(h, ast.String(text))
+		a, okA := r.helpers.helperAnswer(h, ast.String(s))
+		b, okB := r.helpers.helperAnswer(h, ast.String(text))
 		if !okA || !okB || a != b {
 			return false
 		}
@@ -105,7 +105,7 @@ func (r *request) gatesAgree(gates []*policyset.KeyHelper, s, text string) bool 
 // object and in its oldObject are pairwise distinct, and none holds
 // placeholder text. Each element's placeholder is its own, so every
 // comparison then comes out as with the real values.
-func (r *request) distinct(m *verdict.MsgSlot) bool {
+func (r *messages) distinct(m *verdict.MsgSlot) bool {
 	if !m.Distinct {
 		return true
 	}
@@ -125,7 +125,7 @@ func (r *request) distinct(m *verdict.MsgSlot) bool {
 	}
 	for _, root := range []*ast.Term{objectKey, oldObjectKey} {
 		path := append([]*ast.Term{lookup.ReviewKey, root}, m.Path[2:]...)
-		if !r.eachValue(path, add) {
+		if !r.msgs.eachValue(path, add) {
 			return false
 		}
 	}
@@ -138,7 +138,7 @@ var objectKey, oldObjectKey = ast.StringTerm("object"), ast.StringTerm("oldObjec
 // review, every element's where the path goes through a list's
 // (analysis.Each), until f says false; false then, or when the path goes
 // through two lists. A missing value is no value.
-func (r *request) eachValue(path []*ast.Term, f func(*ast.Term) bool) bool {
+func (r *messages) eachValue(path []*ast.Term, f func(*ast.Term) bool) bool {
 	j := analysis.EachAt(path)
 	if j < 0 {
 		t := lookup.Input(r.podReview, path)
@@ -166,7 +166,7 @@ func (r *request) eachValue(path []*ast.Term, f func(*ast.Term) bool) bool {
 // either: a lookup there by a key built from it then misses with the real
 // value and with the placeholder alike (opa/internal/analysis/lookupkey.go).
 // The empty string is in every key.
-func (r *request) absentFrom(m *verdict.MsgSlot, s string) bool {
+func (r *messages) absentFrom(m *verdict.MsgSlot, s string) bool {
 	if len(m.Absent) == 0 {
 		return true
 	}

@@ -72,7 +72,7 @@ func (e *Engine) PreparePod(ctx context.Context, pod *Pod) (*PodQuery, error) {
 	if q.signable {
 		q.binds = make(map[int]verdict.Bindings, len(nodeReading))
 		for _, order := range nodeReading {
-			q.binds[order] = r.podView(snap.Constraints[order], true).bind
+			q.binds[order] = r.reviews.podView(snap.Constraints[order], true).bind
 		}
 	}
 	return q, nil
@@ -92,10 +92,10 @@ func (r *request) signature(nodeReading []int, p *Placement) (string, bool) {
 	b.WriteString(r.invGen.String())
 	for _, order := range nodeReading {
 		bc := r.snap.Constraints[order]
-		if !r.memoOK(bc) || bc.Analysis.NodeNameObserved {
+		if !r.keys.memoOK(bc) || bc.Analysis.NodeNameObserved {
 			return "", false
 		}
-		key := r.podKey(bc, r.podReview, r.podView(bc, true))
+		key := r.keys.podKey(bc, r.podReview, r.reviews.podView(bc, true))
 		b.WriteByte('|')
 		b.WriteString(bc.Constraint.Key.String())
 		b.WriteByte('=')
@@ -143,7 +143,7 @@ func (q *PodQuery) Evaluate(ctx context.Context, cands []Candidate) (*Placement,
 	r := e.newRequest(ctx, v, q.in, false)
 	defer r.release()
 	defer r.addStats()
-	if err := r.candidates(cands); err != nil {
+	if err := r.cands.candidates(cands); err != nil {
 		return nil, err
 	}
 	p := r.placement()

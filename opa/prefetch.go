@@ -40,7 +40,7 @@ type prefetched struct {
 }
 
 // fetchedAt is what prefetch found for the constraint at order, or nil.
-func (r *request) fetchedAt(order int) *prefetched {
+func (r *prefetcher) fetchedAt(order int) *prefetched {
 	if r.pb != nil && order < len(r.pb.fetched) && r.pb.fetched[order].set {
 		return &r.pb.fetched[order]
 	}
@@ -66,7 +66,7 @@ func (e *Engine) parallelism() int {
 // prefetch evaluates the misses among the pod-only constraints of the
 // policy set at orders, when there are at least two and more than one
 // goroutine may run them.
-func (r *request) prefetch(orders []int) {
+func (r *prefetcher) prefetch(orders []int) {
 	workers := r.e.parallelism()
 	if workers < 2 || len(orders) < 2 {
 		return
@@ -78,7 +78,7 @@ func (r *request) prefetch(orders []int) {
 	var rekey []int
 	r.deferHelpers = true
 	for _, order := range orders {
-		if j, ok, deferred := r.prefetchLookup(order); deferred {
+		if j, ok, deferred := r.fetch.prefetchLookup(order); deferred {
 			rekey = append(rekey, order)
 		} else if ok {
 			jobs = append(jobs, j)
@@ -89,21 +89,21 @@ func (r *request) prefetch(orders []int) {
 		// The misses found so far are evaluated beside the helpers: a
 		// one-off pod's image templates need no helper answer, and its
 		// helper answers decide the other keys, made afterwards.
-		calls := r.deferredCalls()
+		calls := r.helpers.deferredCalls()
 		r.e.workers.inParallel(workers, len(calls)+len(jobs), func(i int) {
 			if i < len(calls) {
 				c := calls[i]
-				r.evalHelper(c.h, c.v, c.entry, c.read)
+				r.helpers.evalHelper(c.h, c.v, c.entry, c.read)
 				return
 			}
-			runJob(r, jobs[i-len(calls)])
+			runJob(r.request, jobs[i-len(calls)])
 		})
 		clear(r.deferred)
 		r.deferred = r.deferred[:0]
 		r.evals += uint64(len(jobs))
 		jobs = jobs[:0]
 		for _, order := range rekey {
-			if j, ok, _ := r.prefetchLookup(order); ok {
+			if j, ok, _ := r.fetch.prefetchLookup(order); ok {
 				jobs = append(jobs, j)
 			}
 		}
@@ -113,7 +113,7 @@ func (r *request) prefetch(orders []int) {
 	} else if len(jobs) < 2 {
 		return // evaluated in place by evalPod, with the entry found here
 	}
-	r.e.workers.inParallel(workers, len(jobs), func(i int) { runJob(r, jobs[i]) })
+	r.e.workers.inParallel(workers, len(jobs), func(i int) { runJob(r.request, jobs[i]) })
 	r.evals += uint64(len(jobs))
 }
 
@@ -135,18 +135,18 @@ type prefetchJob struct {
 // records it for evalPod; ok: a miss, to evaluate. deferred: its key
 // needs a helper answer the helper memo does not hold (with
 // r.deferHelpers), and nothing was recorded.
-func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
+func (r *prefetcher) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
 	bc := r.snap.Constraints[order]
-	if !r.memoOK(bc) {
+	if !r.keys.memoOK(bc) {
 		return prefetchJob{}, false, false
 	}
-	view := r.podView(bc, true)
+	view := r.reviews.podView(bc, true)
 	pending := len(r.deferred)
-	key := r.keyTerms(bc, r.podReview, view)
+	key := r.keys.keyTerms(bc, r.podReview, view)
 	if len(r.deferred) > pending {
 		return prefetchJob{}, false, true
 	}
-	e := r.entry(bc, key)
+	e := r.keys.entry(bc, key)
 	b := r.buffers()
 	if len(b.fetched) == 0 { // this request's first: one slot per constraint
 		b.fetched = resize(b.fetched, len(r.snap.Constraints))
@@ -156,7 +156,7 @@ func (r *request) prefetchLookup(order int) (j prefetchJob, ok, deferred bool) {
 	if f.res, f.hit = e.Get(0); f.hit {
 		return prefetchJob{}, false, false
 	}
-	return prefetchJob{bc: bc, review: r.reviewOf(view), out: f}, true, false
+	return prefetchJob{bc: bc, review: r.reviews.reviewOf(view), out: f}, true, false
 }
 
 // inParallel runs do(0) ... do(n-1) on up to workers goroutines, the

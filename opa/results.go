@@ -44,7 +44,7 @@ type reviewEdit struct {
 // podView builds (or finds, for constraints printing the same paths) the
 // pod's view for bc. Without the memo, values are never replaced: that is
 // the reference the memo is tested against.
-func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
+func (r *reviews) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
 	if !memoOK || len(bc.PodMsgs) == 0 {
 		if r.plain == nil {
 			r.plain = &podView{review: r.podReview}
@@ -58,9 +58,9 @@ func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
 	v := b.newView()
 	v.msgs, v.gates = bc.PodMsgs, bc.PodMsgGates
 	v.bind = b.bindScratch[:0]
-	r.walkMsgs(v, nil)
+	r.reviews.walkMsgs(v, nil)
 	b.bindScratch = v.bind[:0]
-	v.bind = r.keepBindings(v.bind)
+	v.bind = r.reviews.keepBindings(v.bind)
 	if !v.placed {
 		v.review = r.podReview
 	}
@@ -75,7 +75,7 @@ func (r *request) podView(bc *policyset.BoundConstraint, memoOK bool) *podView {
 // its views' bindings): the request's views share one chunk, where each
 // grew its own slice, a fifth of a replica's garbage. The chunks come from
 // a pool, and go back to it with the answer's memory (handBindings).
-func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
+func (r *reviews) keepBindings(b verdict.Bindings) verdict.Bindings {
 	if len(b) == 0 {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (r *request) keepBindings(b verdict.Bindings) verdict.Bindings {
 // them: they go back to the pool when p's memory does. An answer whose
 // memory is not counted (and a pod query's views, which outlive their
 // request) leaves them to the collector.
-func (r *request) handBindings(p *Placement) {
+func (r *reviews) handBindings(p *Placement) {
 	if p.mem != nil && len(r.arenas) > 0 {
 		p.mem.mu.Lock()
 		p.mem.binds = append(p.mem.binds, r.arenas...)
@@ -120,14 +120,14 @@ const maxBindHint = 128
 // *edits the changes that put the placeholders into the review, and
 // nothing else: podView walks once for the key, reviewOf once more when
 // Rego runs, and both walks decide alike.
-func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
+func (r *reviews) walkMsgs(v *podView, edits *[]reviewEdit) {
 	for i, m := range v.msgs {
 		if analysis.EachAt(m.Path) >= 0 {
-			r.walkEach(v, m, v.gates[i], edits)
+			r.reviews.walkEach(v, m, v.gates[i], edits)
 			continue
 		}
 		if s, ok := verdict.SubstitutableAt(r.podReview.Value, m.Path[1:], m.Quote, m.Trim); ok && m.Path[0].Equal(lookup.ReviewKey) &&
-			r.absentFrom(&m, s) && r.gatesAgree(v.gates[i], s, m.Text) && r.distinct(&m) {
+			r.msgs.absentFrom(&m, s) && r.msgs.gatesAgree(v.gates[i], s, m.Text) && r.msgs.distinct(&m) {
 			v.placed = true
 			if edits != nil {
 				*edits = append(*edits, reviewEdit{path: m.Path[1:], text: m.Text})
@@ -146,12 +146,12 @@ func (r *request) walkMsgs(v *podView, edits *[]reviewEdit) {
 // reviewOf is v's review, its placeholders put in on first need. Called
 // by the request's goroutine only (prefetch builds the reviews it hands
 // out before it starts its workers).
-func (r *request) reviewOf(v *podView) *ast.Term {
+func (r *reviews) reviewOf(v *podView) *ast.Term {
 	if v.review != nil {
 		return v.review
 	}
 	var edits []reviewEdit
-	r.walkMsgs(v, &edits)
+	r.reviews.walkMsgs(v, &edits)
 	review := r.podReview.Value
 	for _, ed := range edits {
 		if ed.texts == nil {
@@ -182,11 +182,11 @@ func (r *request) reviewOf(v *podView) *ast.Term {
 // list's part of the key holds verdict.PlaceholderKey where a placeholder stands,
 // the element's value where it cannot; a list that is not an array, or
 // too long, is keyed as lookup reads it.
-func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.KeyHelper, edits *[]reviewEdit) {
+func (r *reviews) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.KeyHelper, edits *[]reviewEdit) {
 	j := analysis.EachAt(m.Path)
 	list, rest := m.Path[:j], m.Path[j+1:]
 	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
-	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) || !r.distinct(&m) {
+	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) || !r.msgs.distinct(&m) {
 		if edits == nil {
 			v.key = append(v.key, m.Plan.ThenWith(r.podReview, nil, &r.buffers().lists))
 		}
@@ -205,7 +205,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 	placed := false
 	for i := range entries {
 		s, ok := verdict.SubstitutableAt(arr.Elem(i).Value, rest, m.Quote, m.Trim)
-		if !ok || !r.absentFrom(&m, s) {
+		if !ok || !r.msgs.absentFrom(&m, s) {
 			entries[i] = lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
@@ -213,7 +213,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 			concrete := make([]*ast.Term, 0, len(m.Path))
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
-		if !r.gatesAgree(gates, s, text) {
+		if !r.msgs.gatesAgree(gates, s, text) {
 			entries[i] = lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
@@ -235,7 +235,7 @@ func (r *request) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 
 // nodeReview is review with object.spec.nodeName set to node. The pod's
 // own review on slot i is built once per request (slot >= 0).
-func (r *request) nodeReview(review *ast.Term, slot int, node string) *ast.Term {
+func (r *reviews) nodeReview(review *ast.Term, slot int, node string) *ast.Term {
 	if slot >= 0 && review == r.podReview {
 		s := &r.slots[slot]
 		if s.review == nil {

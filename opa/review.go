@@ -104,8 +104,8 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 	_, namespace, _ := gatekeeper.ObjectMeta(obj)
 	targets := reviewTargets(req, gvk, namespace)
 
-	r := &request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
-		invGen: ast.NewTerm(e.inv.Value(ctx, txn, inventory.GenerationPath)), kindGens: e.inv.KindGenerations(ctx, txn)}
+	r := (&request{e: e, ctx: ctx, txn: txn, snap: snap, podReview: ast.NewTerm(reviewValue),
+		invGen: ast.NewTerm(e.inv.Value(ctx, txn, inventory.GenerationPath)), kindGens: e.inv.KindGenerations(ctx, txn)}).withParts()
 	defer r.addStats()
 	var out []Violation
 	for order, bc := range snap.Constraints {
@@ -119,8 +119,8 @@ func (e *Engine) Review(ctx context.Context, req ReviewRequest) ([]Violation, er
 		default:
 			// The review's own nodeName picks the node: the memo's pod key
 			// says nothing about it, so only node-blind templates use it.
-			memoOK := r.memoOK(bc) && bc.Analysis.PerPod()
-			pod := r.podView(bc, memoOK)
+			memoOK := r.keys.memoOK(bc) && bc.Analysis.PerPod()
+			pod := r.reviews.podView(bc, memoOK)
 			res, _, err = r.evalPod(bc, order, memoOK, pod)
 			res = r.e.reg.Placeholders.Substitute(res, pod.bind)
 			if err != nil {

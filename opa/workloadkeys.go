@@ -103,7 +103,7 @@ func (w *workloadKeys) put(name, ns string, k *keptKeys) {
 // the kept review shares little with this one). Without the memo there
 // are no keys: the engine is the reference the fast paths are tested
 // against.
-func (r *request) reuseKeys(pod *Pod) *keptKeys {
+func (r *memoKeys) reuseKeys(pod *Pod) *keptKeys {
 	if r.e.opts.DisableMemo {
 		return nil
 	}
@@ -156,7 +156,7 @@ func (r *request) reuseKeys(pod *Pod) *keptKeys {
 // looked up. The next pod is compared with the kept one, which differs
 // from it as little as this one does, and a pod that keeps nothing makes
 // no garbage.
-func (r *request) keepKeys(pod *Pod, serving *keptKeys) {
+func (r *memoKeys) keepKeys(pod *Pod, serving *keptKeys) {
 	if r.e.opts.DisableMemo || r.pb == nil || len(r.pb.keyCache) == 0 {
 		return
 	}
