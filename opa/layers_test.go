@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -155,9 +154,4 @@ func moduleImports(t *testing.T, root string) (map[string]map[string]string, []s
 		t.Fatal(err)
 	}
 	return out, v0
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
