@@ -167,13 +167,13 @@ func (r *candidateSlots) project(bc *policyset.BoundConstraint, name string, nod
 	a := bc.Analysis
 	terms := make([]*ast.Term, 0, len(a.NodePaths)+len(a.NodeExists)+len(bc.NodeMsgs)+1)
 	for _, path := range a.NodePaths {
-		terms = append(terms, lookup.At(node, path))
+		terms = append(terms, r.e.reg.Lookup.At(node, path))
 	}
 	for _, path := range a.NodeExists {
-		terms = append(terms, ast.InternedTerm(lookup.Truthy(lookup.At(node, path))))
+		terms = append(terms, ast.InternedTerm(lookup.Truthy(r.e.reg.Lookup.At(node, path))))
 	}
 	for _, m := range bc.NodeMsgs {
-		t := lookup.At(node, m.Path)
+		t := r.e.reg.Lookup.At(node, m.Path)
 		if v, ok := verdict.SubstitutableAt(node, m.Path, m.Quote, m.Trim); ok {
 			t = verdict.PlaceholderKey
 			printed = printed.withValue(verdict.NewBinding(m.Index, v))

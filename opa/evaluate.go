@@ -351,7 +351,7 @@ func (r *request) guardFails(bc *policyset.BoundConstraint) (analysis.Guard, boo
 	for k, rule := range bc.Template.Guards {
 		failed := false
 		for _, g := range rule {
-			if !g.Holds(lookup.Input(r.podReview, g.Path).Value) {
+			if !g.Holds(r.e.reg.Lookup.Input(r.podReview, g.Path).Value) {
 				if k == 0 {
 					first = g
 				}

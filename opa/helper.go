@@ -163,7 +163,7 @@ func (r *helperCalls) helperEntry(h *policyset.KeyHelper, v ast.Value) ([]*ast.T
 	b := r.buffers()
 	read := b.helperRead[:0] // memo.Find copies what it keeps
 	for _, p := range h.Reads {
-		read = append(read, lookup.At(v, p))
+		read = append(read, r.e.reg.Lookup.At(v, p))
 	}
 	b.helperRead = read
 	return read, r.e.helpers.Find(h.Owner, read)

@@ -35,7 +35,7 @@ func (r *messages) keptPrinted(bc *policyset.BoundConstraint) []string {
 			}
 			continue
 		}
-		arr, ok := lookup.Input(r.podReview, m.Path[:j]).Value.(*ast.Array)
+		arr, ok := r.e.reg.Lookup.Input(r.podReview, m.Path[:j]).Value.(*ast.Array)
 		if !ok || arr.Len() > verdict.MaxEachPlaceholders {
 			continue // the list is keyed as lookup reads it (not printed value by value)
 		}
@@ -141,19 +141,19 @@ var objectKey, oldObjectKey = ast.StringTerm("object"), ast.StringTerm("oldObjec
 func (r *messages) eachValue(path []*ast.Term, f func(*ast.Term) bool) bool {
 	j := analysis.EachAt(path)
 	if j < 0 {
-		t := lookup.Input(r.podReview, path)
+		t := r.e.reg.Lookup.Input(r.podReview, path)
 		return t == nil || t == lookup.Undefined || f(t)
 	}
 	rest := path[j+1:]
 	if analysis.EachAt(rest) >= 0 {
 		return false
 	}
-	arr, ok := lookup.Input(r.podReview, path[:j]).Value.(*ast.Array)
+	arr, ok := r.e.reg.Lookup.Input(r.podReview, path[:j]).Value.(*ast.Array)
 	if !ok {
 		return true
 	}
 	for i := 0; i < arr.Len(); i++ {
-		if t := lookup.At(arr.Elem(i).Value, rest); t != nil && t != lookup.Undefined && !f(t) {
+		if t := r.e.reg.Lookup.At(arr.Elem(i).Value, rest); t != nil && t != lookup.Undefined && !f(t) {
 			return false
 		}
 	}
@@ -181,7 +181,7 @@ func (r *messages) absentFrom(m *verdict.MsgSlot, s string) bool {
 		if len(p) == 0 || !p[0].Equal(lookup.ReviewKey) {
 			return false // the analysis gives objects of the review only
 		}
-		switch v := lookup.Input(r.podReview, p).Value.(type) {
+		switch v := r.e.reg.Lookup.Input(r.podReview, p).Value.(type) {
 		case ast.Object:
 			if v.Until(func(k, _ *ast.Term) bool { return holds(k) }) {
 				return false

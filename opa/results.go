@@ -161,7 +161,7 @@ func (r *reviews) reviewOf(v *podView) *ast.Term {
 		// The list as review holds it now (an earlier edit may have put
 		// placeholders into it already): each element is replaced below
 		// it, and the list once, so the path above it is rebuilt once.
-		cur, _ := lookup.At(review, ed.path).Value.(*ast.Array)
+		cur, _ := r.e.reg.Lookup.At(review, ed.path).Value.(*ast.Array)
 		elems := make([]*ast.Term, cur.Len())
 		for i := range elems {
 			elems[i] = cur.Elem(i)
@@ -185,7 +185,7 @@ func (r *reviews) reviewOf(v *podView) *ast.Term {
 func (r *reviews) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.KeyHelper, edits *[]reviewEdit) {
 	j := analysis.EachAt(m.Path)
 	list, rest := m.Path[:j], m.Path[j+1:]
-	arr, ok := lookup.Input(r.podReview, list).Value.(*ast.Array)
+	arr, ok := r.e.reg.Lookup.Input(r.podReview, list).Value.(*ast.Array)
 	if !ok || arr.Len() > verdict.MaxEachPlaceholders || analysis.EachAt(rest) >= 0 || !list[0].Equal(lookup.ReviewKey) || !r.msgs.distinct(&m) {
 		if edits == nil {
 			v.key = append(v.key, m.Plan.ThenWith(r.podReview, nil, &r.buffers().lists))
@@ -206,7 +206,7 @@ func (r *reviews) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 	for i := range entries {
 		s, ok := verdict.SubstitutableAt(arr.Elem(i).Value, rest, m.Quote, m.Trim)
 		if !ok || !r.msgs.absentFrom(&m, s) {
-			entries[i] = lookup.At(arr.Elem(i).Value, rest)
+			entries[i] = r.e.reg.Lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
 		idx, text := r.e.reg.Placeholders.OfElement(m.Index, i, func() []*ast.Term {
@@ -214,7 +214,7 @@ func (r *reviews) walkEach(v *podView, m verdict.MsgSlot, gates []*policyset.Key
 			return append(append(append(concrete, list...), ast.InternedTerm(i)), rest...)
 		})
 		if !r.msgs.gatesAgree(gates, s, text) {
-			entries[i] = lookup.At(arr.Elem(i).Value, rest)
+			entries[i] = r.e.reg.Lookup.At(arr.Elem(i).Value, rest)
 			continue
 		}
 		placed = true

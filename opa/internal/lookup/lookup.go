@@ -172,16 +172,21 @@ func (m *memberPlan) hasMember(review *ast.Term, lists *Lists) bool {
 
 // Input finds path in the input {review, parameters}.
 func Input(review *ast.Term, path []*ast.Term) *ast.Term {
-	return lookupInputThen(review, path, nil)
+	return (*Tables)(nil).Input(review, path)
 }
 
-// lookupInputThen is Input with Then's leaf. A path below
-// review without markers is read without a plan.
-func lookupInputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+// Input is lookup.Input, the arrays it makes interned in t.
+func (t *Tables) Input(review *ast.Term, path []*ast.Term) *ast.Term {
+	return t.inputThen(review, path, nil)
+}
+
+// inputThen is Input with Then's leaf. A path below review without
+// markers is read without a plan.
+func (t *Tables) inputThen(review *ast.Term, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
 	if len(path) > 0 && path[0].Equal(ReviewKey) && plain(path[1:]) {
 		return valueAt(review.Value, path[1:], leaf)
 	}
-	return (*Tables)(nil).CompileInput(path).Then(review, leaf)
+	return t.CompileInput(path).Then(review, leaf)
 }
 
 // notReadKey is, in a key, the value of a conditional path
@@ -459,16 +464,16 @@ func Truthy(t *ast.Term) bool {
 	return t != Undefined && t.Value.Compare(ast.Boolean(false)) != 0
 }
 
-// lookup is the value at path below v (lookupPlan.Then's), without
-// a leaf. A path without markers is read without a plan.
-func At(v ast.Value, path []*ast.Term) *ast.Term { return lookupThen(v, path, nil) }
+// At is the value at path below v (lookupPlan.Then's), without a leaf.
+func At(v ast.Value, path []*ast.Term) *ast.Term { return (*Tables)(nil).At(v, path) }
 
-// Then is lookup with lookupPlan.Then's leaf.
-func lookupThen(v ast.Value, path []*ast.Term, leaf func(ast.Value) *ast.Term) *ast.Term {
+// At is lookup.At, the arrays it makes interned in t. A path without
+// markers is read without a plan.
+func (t *Tables) At(v ast.Value, path []*ast.Term) *ast.Term {
 	if plain(path) {
-		return valueAt(v, path, leaf)
+		return valueAt(v, path, nil)
 	}
-	return (*Tables)(nil).compilePlan(path).lookupThen(v, leaf)
+	return t.compilePlan(path).lookupThen(v, nil)
 }
 
 // plain reports whether path holds no Each and does not end in Keys.

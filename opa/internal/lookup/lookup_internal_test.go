@@ -106,7 +106,7 @@ func TestLookupPlans(t *testing.T) {
 				check("plan", plan.Then(review, leaf))
 				check("plan with lists", plan.ThenWith(review, leaf, lists))
 			}
-			check("lookupInputThen", lookupInputThen(review, tc.path, leaf))
+			check("inputThen", testTables.inputThen(review, tc.path, leaf))
 		})
 	}
 }
