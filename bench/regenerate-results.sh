@@ -124,7 +124,7 @@ scenario_realistic() {
 	build || return
 	local i
 	for i in $(seq "$LG_RUNS"); do
-		loadgen_service -policy-set realistic -duration "$LG_DUR" -nodes 500,5000 -verbs filter,cycle
+		loadgen_service -policy-set realistic -duration "$LG_DUR" -nodes 500,5000 -verbs filter,cycle -floor -floor-cpu-match
 	done
 }
 

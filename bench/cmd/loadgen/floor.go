@@ -47,7 +47,7 @@ import (
 type floorServer struct {
 	mu      sync.Mutex
 	answers map[string][]byte // by path: /filter, /prioritize
-	cpu     time.Duration     // CPU time spent per request (-floor-cpu)
+	cpu     time.Duration     // CPU time spent per request (-floor-cpu, -floor-cpu-match)
 	base    string
 	srv     *http.Server
 	// controlled: the server also takes floorAnswerPath and
@@ -79,6 +79,13 @@ func (f *floorServer) setAnswers(answers map[string][]byte) error {
 	return nil
 }
 
+func (f *floorServer) setCPU(d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cpu = d
+	return nil
+}
+
 // floorTarget is a floor server: in this process (floorServer) or in one
 // of its own (floorProcess).
 type floorTarget interface {
@@ -86,14 +93,18 @@ type floorTarget interface {
 	// setAnswers sets the answer to each path's requests (a path it
 	// leaves out may keep an earlier answer).
 	setAnswers(map[string][]byte) error
+	// setCPU sets the CPU time spent on each request.
+	setCPU(time.Duration) error
 	stop()
 }
 
 // Paths of a floor process's own requests, apart from the measured ones:
-// PUT floorAnswerPath+"/filter" sets the answer to /filter; GET
+// PUT floorAnswerPath+"/filter" sets the answer to /filter; PUT
+// floorCPUPath sets the CPU time spent per request (a Go duration); GET
 // floorCountersPath gives its processCounters as JSON.
 const (
 	floorAnswerPath   = "/-/answer"
+	floorCPUPath      = "/-/cpu"
 	floorCountersPath = "/-/counters"
 )
 
@@ -104,12 +115,13 @@ func (f *floorServer) serve(w http.ResponseWriter, r *http.Request) {
 	_, err := io.Copy(io.Discard, r.Body)
 	f.mu.Lock()
 	answer, ok := f.answers[r.URL.Path]
+	cpu := f.cpu
 	f.mu.Unlock()
 	if err != nil || !ok {
 		http.Error(w, "no answer for "+r.URL.Path, http.StatusNotFound)
 		return
 	}
-	burnCPU(f.cpu)
+	burnCPU(cpu)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(answer)))
@@ -131,6 +143,14 @@ func (f *floorServer) control(w http.ResponseWriter, r *http.Request) bool {
 		f.mu.Lock()
 		f.answers[strings.TrimPrefix(r.URL.Path, floorAnswerPath)] = b
 		f.mu.Unlock()
+	case r.Method == http.MethodPut && r.URL.Path == floorCPUPath:
+		b, err := io.ReadAll(r.Body)
+		d, perr := time.ParseDuration(string(b))
+		if err != nil || perr != nil || d < 0 {
+			http.Error(w, fmt.Sprintf("a CPU time per request: %q", b), http.StatusBadRequest)
+			return true
+		}
+		_ = f.setCPU(d)
 	case r.Method == http.MethodGet && r.URL.Path == floorCountersPath:
 		c, err := ownCounters()
 		if err != nil {
@@ -248,6 +268,22 @@ func (p *floorProcess) setAnswers(answers map[string][]byte) error {
 	return nil
 }
 
+func (p *floorProcess) setCPU(d time.Duration) error {
+	req, err := http.NewRequest(http.MethodPut, p.base+floorCPUPath, strings.NewReader(d.String()))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("set the floor's CPU per request: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
 // counters reads the floor process's counters.
 func (p *floorProcess) counters() (counters, error) {
 	resp, err := http.Get(p.base + floorCountersPath)
@@ -297,15 +333,33 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 		if err := fs.setAnswers(answers); err != nil {
 			return err
 		}
+		var perCall time.Duration
+		if f.floorCPUMatch {
+			perCall = matchedCPU(res)
+			if err := fs.setCPU(perCall); err != nil {
+				return err
+			}
+		}
 		out, err := fc.run(ctx, s, f)
 		if err != nil {
 			return errors.Join(errors.New("floor "+s.name()), err)
 		}
 		out.Name, out.Verb = "floor/"+out.Name, "floor "+out.Verb
+		out.FloorCPUMsPerCall = float64(perCall.Microseconds()) / 1000
 		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms", out.Name, out.Requests, out.RPS, out.P50Ms, out.P99Ms, out.MaxMs)
 		rep.Scenarios = append(rep.Scenarios, out)
 	}
 	return nil
+}
+
+// matchedCPU is the CPU time the service spent per call in the scenario
+// res (a cycle is two calls).
+func matchedCPU(res Scenario) time.Duration {
+	calls := 1.0
+	if res.Verb == "cycle" {
+		calls = 2
+	}
+	return time.Duration(res.CPUMsPerRequest / calls * float64(time.Millisecond))
 }
 
 // burnCPU keeps the calling goroutine's thread busy until the thread has

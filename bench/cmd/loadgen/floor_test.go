@@ -31,15 +31,19 @@ func TestFloorCPUFlagChecks(t *testing.T) {
 		name     string
 		floor    bool
 		floorCPU time.Duration
+		match    bool
 		ok       bool
 	}{
-		{"floor without work", true, 0, true},
-		{"floor with work", true, 200 * time.Microsecond, true},
-		{"work without the floor", false, 200 * time.Microsecond, false},
-		{"negative work", true, -time.Millisecond, false},
+		{"floor without work", true, 0, false, true},
+		{"floor with work", true, 200 * time.Microsecond, false, true},
+		{"work without the floor", false, 200 * time.Microsecond, false, false},
+		{"negative work", true, -time.Millisecond, false, false},
+		{"floor with the service's work", true, 0, true, true},
+		{"the service's work without the floor", false, 0, true, false},
+		{"the service's work and a fixed one", true, 200 * time.Microsecond, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &flags{floor: tc.floor, floorCPU: tc.floorCPU, nodes: []int{100}, concurrency: 1, oneOffShare: 0.05, duration: time.Second, peer: false}
+			f := &flags{floor: tc.floor, floorCPU: tc.floorCPU, floorCPUMatch: tc.match, nodes: []int{100}, concurrency: 1, oneOffShare: 0.05, duration: time.Second, peer: false}
 			if err := f.check(); (err == nil) != tc.ok {
 				t.Fatalf("check() = %v, want ok=%v", err, tc.ok)
 			}
@@ -78,6 +82,15 @@ func TestControlledFloor(t *testing.T) {
 			t.Fatalf("%s: HTTP %d %q, want %q", path, code, got, want)
 		}
 	}
+	if err := p.setCPU(300 * time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	cpu := fs.cpu
+	fs.mu.Unlock()
+	if cpu != 300*time.Microsecond {
+		t.Fatalf("the floor's CPU per request after setCPU: %v", cpu)
+	}
 	got, err := p.counters()
 	if err != nil {
 		t.Fatal(err)
@@ -93,5 +106,36 @@ func TestControlledFloor(t *testing.T) {
 	defer inProcess.stop()
 	if err := (&floorProcess{base: inProcess.url()}).setAnswers(map[string][]byte{"/filter": []byte(`{}`)}); err == nil {
 		t.Fatal("a floor of this process took an answer over HTTP")
+	}
+}
+
+// TestFloorTargets: a cycle's p99 at 500 nodes is judged against the
+// floor row that spent the service's CPU per call, and only that one.
+func TestFloorTargets(t *testing.T) {
+	service := Scenario{Verb: "cycle", Mode: "names", Nodes: 500, P99Ms: 1.8, CPUMsPerRequest: 0.8}
+	if d := matchedCPU(service); d != 400*time.Microsecond {
+		t.Fatalf("a cycle's CPU per call: %v, want half its 0.8 ms", d)
+	}
+	for _, tc := range []struct {
+		name  string
+		floor Scenario
+		want  []bool // met, per target
+	}{
+		{"within", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.5, FloorCPUMsPerCall: 0.4}, []bool{true}},
+		{"past", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.0, FloorCPUMsPerCall: 0.4}, []bool{false}},
+		{"a floor without the service's work", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 0.5}, nil},
+		{"another size", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 5000, P99Ms: 1.0, FloorCPUMsPerCall: 0.4}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := floorTargets([]Scenario{service, tc.floor})
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d targets, want %d: %+v", len(got), len(tc.want), got)
+			}
+			for i, met := range tc.want {
+				if got[i].Met != met || got[i].Value != service.P99Ms/tc.floor.P99Ms {
+					t.Errorf("target %+v, want met=%v at %.2f", got[i], met, service.P99Ms/tc.floor.P99Ms)
+				}
+			}
+		})
 	}
 }

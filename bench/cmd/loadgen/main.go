@@ -81,6 +81,9 @@ type flags struct {
 	// floorCPU: the CPU time it spends per request.
 	floor    bool
 	floorCPU time.Duration
+	// floorCPUMatch: each scenario's floor spends the service's CPU per
+	// call measured in that scenario.
+	floorCPUMatch bool
 	// serveFloor: only serve a floor (the floor process of -floor with
 	// -service).
 	serveFloor bool
@@ -135,6 +138,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a heap profile, taken after the scenarios, to this file")
 	fs.IntVar(&f.slowest, "slowest", 5, "list this many of each scenario's slowest requests in the report: when each came (seconds from the scenario's first request), whether a one-off pod, whether one of the server's collections overlapped it (0: none)")
 	fs.StringVar(&f.tracePrefix, "trace", "", "write a runtime trace of each scenario's measured requests to <this prefix><verb>-<mode>-<nodes>.trace (read them with bench/cmd/tracetail; not with -service)")
+	fs.BoolVar(&f.floorCPUMatch, "floor-cpu-match", false, "with -floor: each scenario's floor server spends, on each call, the CPU time the service spent per call in that scenario (its CPU ms/req, a cycle's halved): the floor rows then show the tail this machine gives the service's work with no collector and no garbage, and the targets judge the service's p99 against theirs")
 	fs.DurationVar(&f.floorCPU, "floor-cpu", 0, "with -floor: CPU time the floor server spends on each request before answering, on the request's thread and without allocating (e.g. the service's CPU ms/req): the floor rows then show the tail this machine gives that much work with no collector and no garbage")
 	fs.BoolVar(&f.floor, "floor", false, "after the scenarios, time each again against a server that answers with the service's answer to the probe's pod without evaluating anything: what the host, HTTP and the load generator take of a request (rows \"floor <verb>\"); in this process, or with -service in a process of its own, as the service runs")
 	fs.BoolVar(&f.serveFloor, "serve-floor", false, "serve only a floor server, its address the first line of standard output, until standard input closes: the process -floor starts with -service")
@@ -262,8 +266,11 @@ func (f *flags) check() error {
 	if f.floorCPU < 0 || (f.floorCPU > 0 && !f.floor && !f.serveFloor) {
 		return errors.New("-floor-cpu must be positive and goes with -floor")
 	}
-	if _, ok := threadCPU(); f.floorCPU > 0 && !ok {
-		return errors.New("-floor-cpu needs a per-thread CPU clock (CLOCK_THREAD_CPUTIME_ID), which this system does not give")
+	if f.floorCPUMatch && (!f.floor || f.floorCPU > 0) {
+		return errors.New("-floor-cpu-match goes with -floor, and without -floor-cpu")
+	}
+	if _, ok := threadCPU(); (f.floorCPU > 0 || f.floorCPUMatch) && !ok {
+		return errors.New("-floor-cpu and -floor-cpu-match need a per-thread CPU clock (CLOCK_THREAD_CPUTIME_ID), which this system does not give")
 	}
 	if f.service != "" && (f.peer || f.footprint || f.cpuProfile != "" || f.memProfile != "" || f.tracePrefix != "") {
 		return errors.New("-service measures the service's latency only: pass -peer=false -footprint=false, and profile the service through its /debug/pprof")

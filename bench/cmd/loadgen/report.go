@@ -79,7 +79,8 @@ type Config struct {
 	Churn     float64 `json:"churn"`
 	ChurnKind string  `json:"churnKind,omitempty"`
 	NodeFiles int     `json:"nodeFiles,omitempty"`
-	// FloorCPU is the CPU time the floor server spent per request
+	// FloorCPU is the CPU time the floor server spent per request ("match":
+	// the service's in each scenario, FloorCPUMsPerCall)
 	// (-floor-cpu), when it spent some.
 	FloorCPU string `json:"floorCPU,omitempty"`
 	// Rotate: the names-only calls named successive windows of the
@@ -106,6 +107,9 @@ func (f *flags) config() Config {
 	}
 	if f.floor && f.floorCPU > 0 {
 		c.FloorCPU = f.floorCPU.String()
+	}
+	if f.floor && f.floorCPUMatch {
+		c.FloorCPU = "match"
 	}
 	if f.service != "" {
 		c.NodeFiles = f.nodeFiles
@@ -223,6 +227,9 @@ type Scenario struct {
 	// process_cpu_seconds_total, in steps of 10 ms). Each includes one
 	// forced collection of the counters' readings.
 	CPUMsPerRequest float64 `json:"cpuMsPerRequest"`
+	// FloorCPUMsPerCall is, for a floor row with -floor-cpu-match, the
+	// CPU time its server spent on each call.
+	FloorCPUMsPerCall float64 `json:"floorCpuMsPerCall,omitempty"`
 	// StealPercent is the share of the machine's CPU time the hypervisor
 	// gave other guests during the measured requests (/proc/stat's steal,
 	// over every CPU); -1 where it cannot be read. Tails measured while
@@ -317,6 +324,7 @@ func targets(r *Report) []TargetResult {
 			}
 		}
 	}
+	out = append(out, floorTargets(r.Scenarios)...)
 	out = append(out, longestCallTargets(r.Scenarios)...)
 	for _, p := range r.Peer {
 		if p.Speedup > 0 {
@@ -336,6 +344,36 @@ func targets(r *Report) []TargetResult {
 			Target: "< 150 MiB", Measured: fmt.Sprintf("%.1f MiB", fp.AfterRequests.RSSMiB),
 			Value: fp.AfterRequests.RSSMiB, Met: fp.AfterRequests.RSSMiB < 150,
 		})
+	}
+	return out
+}
+
+// maxFloorRatio is the service's tail the targets allow, as a multiple of
+// the p99 of a floor server that spends the service's CPU per call in the
+// same run (-floor-cpu-match): what this machine gives the same work with
+// no engine, collector or garbage.
+const maxFloorRatio = 1.5
+
+// floorTargets judge a cycle's p99 at 500 nodes (names) against its floor
+// row's, when the floor spent the service's CPU (FloorCPUMsPerCall).
+func floorTargets(scenarios []Scenario) []TargetResult {
+	var out []TargetResult
+	for _, s := range scenarios {
+		if s.Verb != "cycle" || s.Mode != "names" || s.Nodes != 500 {
+			continue
+		}
+		for _, fl := range scenarios {
+			if fl.Verb != "floor "+s.Verb || fl.Mode != s.Mode || fl.Nodes != s.Nodes || fl.FloorCPUMsPerCall <= 0 || fl.P99Ms <= 0 {
+				continue
+			}
+			ratio := s.P99Ms / fl.P99Ms
+			out = append(out, TargetResult{
+				Name:     fmt.Sprintf("filter+prioritize (one cycle) p99 against the floor's, %d nodes (names)", s.Nodes),
+				Target:   fmt.Sprintf("<= %gx the floor's", maxFloorRatio),
+				Measured: fmt.Sprintf("%.2fx (%.3f ms against %.3f ms)", ratio, s.P99Ms, fl.P99Ms),
+				Value:    ratio, Met: ratio <= maxFloorRatio,
+			})
+		}
 	}
 	return out
 }
@@ -396,7 +434,11 @@ func printMarkdown(w io.Writer, r *Report) {
 		if r.Load.Service != "" {
 			where = "in a process of its own"
 		}
-		fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", where, r.Config.FloorCPU)
+		if r.Config.FloorCPU == "match" {
+			fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after spending, on each call, the CPU time the service spent per call in the same scenario (-floor-cpu-match; the floor rows' CPU ms/req is the floor process's).\n\n", where)
+		} else {
+			fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", where, r.Config.FloorCPU)
+		}
 	}
 	if r.Config.Rotate {
 		fmt.Fprintf(w, "Candidates: each names-only call names the next window of its node count through the %d Nodes, as kube-scheduler's cycles do (-rotate).\n\n", r.Load.Nodes)
