@@ -335,9 +335,8 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 		}
 		var perCall time.Duration
 		if f.floorCPUMatch {
-			perCall = matchedCPU(res)
-			if err := fs.setCPU(perCall); err != nil {
-				return err
+			if perCall, err = calibrate(ctx, fs, fc, s, f, res); err != nil {
+				return errors.Join(errors.New("floor "+s.name()+": calibration"), err)
 			}
 		}
 		out, err := fc.run(ctx, s, f)
@@ -346,20 +345,40 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 		}
 		out.Name, out.Verb = "floor/"+out.Name, "floor "+out.Verb
 		out.FloorCPUMsPerCall = float64(perCall.Microseconds()) / 1000
+		out.FloorCPUMatched = f.floorCPUMatch
 		logf("%-28s %7d requests  %8.1f req/s  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms", out.Name, out.Requests, out.RPS, out.P50Ms, out.P99Ms, out.MaxMs)
 		rep.Scenarios = append(rep.Scenarios, out)
 	}
 	return nil
 }
 
-// matchedCPU is the CPU time the service spent per call in the scenario
-// res (a cycle is two calls).
-func matchedCPU(res Scenario) time.Duration {
+// calibrate sets the floor's CPU per call so that its CPU per request
+// (its own HTTP work and the burn) is the service's in res: a short run
+// without a burn measures the floor's own, and the burn is the rest
+// (matchedCPU).
+func calibrate(ctx context.Context, fs floorTarget, fc *client, s scenario, f *flags, res Scenario) (time.Duration, error) {
+	if err := fs.setCPU(0); err != nil {
+		return 0, err
+	}
+	short := *f
+	short.duration, short.warmup = min(f.duration, 2*time.Second), min(f.warmup, 200*time.Millisecond)
+	own, err := fc.run(ctx, s, &short)
+	if err != nil {
+		return 0, err
+	}
+	perCall := matchedCPU(res, own.CPUMsPerRequest)
+	return perCall, fs.setCPU(perCall)
+}
+
+// matchedCPU is the CPU time a floor whose own work is ownMs per request
+// must burn on each call to spend what the service spent per request in
+// res (a cycle is two calls); none when its own work is as much.
+func matchedCPU(res Scenario, ownMs float64) time.Duration {
 	calls := 1.0
 	if res.Verb == "cycle" {
 		calls = 2
 	}
-	return time.Duration(res.CPUMsPerRequest / calls * float64(time.Millisecond))
+	return time.Duration(max(0, res.CPUMsPerRequest-ownMs) / calls * float64(time.Millisecond))
 }
 
 // burnCPU keeps the calling goroutine's thread busy until the thread has

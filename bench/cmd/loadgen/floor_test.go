@@ -113,18 +113,21 @@ func TestControlledFloor(t *testing.T) {
 // floor row that spent the service's CPU per call, and only that one.
 func TestFloorTargets(t *testing.T) {
 	service := Scenario{Verb: "cycle", Mode: "names", Nodes: 500, P99Ms: 1.8, CPUMsPerRequest: 0.8}
-	if d := matchedCPU(service); d != 400*time.Microsecond {
-		t.Fatalf("a cycle's CPU per call: %v, want half its 0.8 ms", d)
+	if d := matchedCPU(service, 0.2); d != 300*time.Microsecond {
+		t.Fatalf("a cycle's CPU per call past the floor's own 0.2 ms: %v, want half of 0.6 ms", d)
+	}
+	if d := matchedCPU(service, 1); d != 0 {
+		t.Fatalf("a floor whose own work is more than the service's burns %v", d)
 	}
 	for _, tc := range []struct {
 		name  string
 		floor Scenario
 		want  []bool // met, per target
 	}{
-		{"within", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.5, FloorCPUMsPerCall: 0.4}, []bool{true}},
-		{"past", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.0, FloorCPUMsPerCall: 0.4}, []bool{false}},
+		{"within", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.5, FloorCPUMatched: true}, []bool{true}},
+		{"past", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 1.0, FloorCPUMatched: true}, []bool{false}},
 		{"a floor without the service's work", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 500, P99Ms: 0.5}, nil},
-		{"another size", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 5000, P99Ms: 1.0, FloorCPUMsPerCall: 0.4}, nil},
+		{"another size", Scenario{Verb: "floor cycle", Mode: "names", Nodes: 5000, P99Ms: 1.0, FloorCPUMatched: true}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := floorTargets([]Scenario{service, tc.floor})

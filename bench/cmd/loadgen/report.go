@@ -228,8 +228,12 @@ type Scenario struct {
 	// forced collection of the counters' readings.
 	CPUMsPerRequest float64 `json:"cpuMsPerRequest"`
 	// FloorCPUMsPerCall is, for a floor row with -floor-cpu-match, the
-	// CPU time its server spent on each call.
+	// CPU time its server burned on each call, past its own work.
 	FloorCPUMsPerCall float64 `json:"floorCpuMsPerCall,omitempty"`
+	// FloorCPUMatched: a floor row that spent the service's CPU per
+	// request (-floor-cpu-match), which the targets judge the service
+	// against.
+	FloorCPUMatched bool `json:"floorCpuMatched,omitempty"`
 	// StealPercent is the share of the machine's CPU time the hypervisor
 	// gave other guests during the measured requests (/proc/stat's steal,
 	// over every CPU); -1 where it cannot be read. Tails measured while
@@ -355,7 +359,7 @@ func targets(r *Report) []TargetResult {
 const maxFloorRatio = 1.5
 
 // floorTargets judge a cycle's p99 at 500 nodes (names) against its floor
-// row's, when the floor spent the service's CPU (FloorCPUMsPerCall).
+// row's, when the floor spent the service's CPU (FloorCPUMatched).
 func floorTargets(scenarios []Scenario) []TargetResult {
 	var out []TargetResult
 	for _, s := range scenarios {
@@ -363,7 +367,7 @@ func floorTargets(scenarios []Scenario) []TargetResult {
 			continue
 		}
 		for _, fl := range scenarios {
-			if fl.Verb != "floor "+s.Verb || fl.Mode != s.Mode || fl.Nodes != s.Nodes || fl.FloorCPUMsPerCall <= 0 || fl.P99Ms <= 0 {
+			if fl.Verb != "floor "+s.Verb || fl.Mode != s.Mode || fl.Nodes != s.Nodes || !fl.FloorCPUMatched || fl.P99Ms <= 0 {
 				continue
 			}
 			ratio := s.P99Ms / fl.P99Ms
@@ -435,7 +439,7 @@ func printMarkdown(w io.Writer, r *Report) {
 			where = "in a process of its own"
 		}
 		if r.Config.FloorCPU == "match" {
-			fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after spending, on each call, the CPU time the service spent per call in the same scenario (-floor-cpu-match; the floor rows' CPU ms/req is the floor process's).\n\n", where)
+			fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after spending the CPU time the service spent per request in the same scenario: its own work, and a burn on each call for the rest (-floor-cpu-match; the floor rows' CPU ms/req is the floor process's).\n\n", where)
 		} else {
 			fmt.Fprintf(w, "Floor rows: a server %s that answers with the service's bytes after %s of CPU time per request (-floor-cpu).\n\n", where, r.Config.FloorCPU)
 		}
