@@ -354,31 +354,41 @@ func floorScenarios(ctx context.Context, f *flags, c *client, rep *Report) error
 
 // calibrate sets the floor's CPU per call so that its CPU per request
 // (its own HTTP work and the burn) is the service's in res: a short run
-// without a burn measures the floor's own, and the burn is the rest
-// (matchedCPU).
+// without a burn measures the floor's own, the burn is the rest
+// (matchedCPU), and a second short run with it corrects the burn by what
+// the floor then spent past (or short of) the service's.
 func calibrate(ctx context.Context, fs floorTarget, fc *client, s scenario, f *flags, res Scenario) (time.Duration, error) {
-	if err := fs.setCPU(0); err != nil {
-		return 0, err
-	}
 	short := *f
 	short.duration, short.warmup = min(f.duration, 2*time.Second), min(f.warmup, 200*time.Millisecond)
-	own, err := fc.run(ctx, s, &short)
-	if err != nil {
-		return 0, err
+	perCall := time.Duration(0)
+	for range 2 {
+		if err := fs.setCPU(perCall); err != nil {
+			return 0, err
+		}
+		spent, err := fc.run(ctx, s, &short)
+		if err != nil {
+			return 0, err
+		}
+		// What the floor spent past its burn is its own work.
+		own := spent.CPUMsPerRequest - float64(perCall*time.Duration(callsOf(res)))/float64(time.Millisecond)
+		perCall = matchedCPU(res, own)
 	}
-	perCall := matchedCPU(res, own.CPUMsPerRequest)
 	return perCall, fs.setCPU(perCall)
+}
+
+// callsOf is the calls of one request of res: a cycle's two, else one.
+func callsOf(res Scenario) int {
+	if res.Verb == "cycle" {
+		return 2
+	}
+	return 1
 }
 
 // matchedCPU is the CPU time a floor whose own work is ownMs per request
 // must burn on each call to spend what the service spent per request in
 // res (a cycle is two calls); none when its own work is as much.
 func matchedCPU(res Scenario, ownMs float64) time.Duration {
-	calls := 1.0
-	if res.Verb == "cycle" {
-		calls = 2
-	}
-	return time.Duration(max(0, res.CPUMsPerRequest-ownMs) / calls * float64(time.Millisecond))
+	return time.Duration(max(0, res.CPUMsPerRequest-ownMs) / float64(callsOf(res)) * float64(time.Millisecond))
 }
 
 // burnCPU keeps the calling goroutine's thread busy until the thread has
