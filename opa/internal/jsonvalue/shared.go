@@ -28,12 +28,14 @@ import (
 type Shared struct {
 	mu    sync.RWMutex
 	seeds [2]maphash.Seed
-	// seen notes the spans read once, one per slot of a table whose
-	// slot is the digest's low bits: a fixed table, where a map grew and
-	// started over with every replica's own spans (its name, its uid, the
+	// seen notes the spans read once, in a fixed table of buckets of two
+	// slots, the bucket the digest's low bits: a map grew and started
+	// over with every replica's own spans (its name, its uid, the
 	// containers that mount its token volume), and was a tenth of what a
-	// replica's decoding allocated. Two spans in one slot only lose a
-	// chance to be shared.
+	// replica's decoding allocated. A bucket keeps the two spans noted
+	// last, so that a span every replica repeats is lost only when two
+	// others fall in its bucket between two replicas; with one slot, a
+	// replica's own span in the same slot kept it from ever being shared.
 	seen   []digest
 	terms  map[digest]*ast.Term
 	bytes  int // JSON bytes of the spans in terms
@@ -194,9 +196,7 @@ func (s *Shared) get(d digest) *ast.Term {
 func (s *Shared) offer(d digest, t *ast.Term, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	slot := &s.seen[d[0]&uint64(len(s.seen)-1)]
-	if *slot != d {
-		*slot = d
+	if !s.seenBefore(d) {
 		return
 	}
 	if len(s.terms) >= s.limits.Entries || s.bytes+size > s.limits.Bytes {
@@ -208,8 +208,25 @@ func (s *Shared) offer(d digest, t *ast.Term, size int) {
 	}
 }
 
+// seenBefore reports whether d is noted in its bucket, and notes it there
+// first, ahead of the span noted before it (the bucket's other is
+// dropped).
+func (s *Shared) seenBefore(d digest) bool {
+	b := int(d[0]&uint64(len(s.seen)/2-1)) * 2
+	first, second := s.seen[b], s.seen[b+1]
+	switch d {
+	case first:
+		return true
+	case second:
+		s.seen[b], s.seen[b+1] = d, first
+		return true
+	}
+	s.seen[b], s.seen[b+1] = d, first
+	return false
+}
+
 // seenSlots is the size of the seen table for a table of entries: four
-// slots an entry, a power of two.
+// slots an entry, a power of two (buckets of two).
 func seenSlots(entries int) int {
 	n := 1
 	for n < 4*entries {

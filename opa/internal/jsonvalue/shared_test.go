@@ -175,3 +175,36 @@ func BenchmarkSharedReplica(b *testing.B) {
 		}
 	}
 }
+
+// TestSeenKeepsTwoPerBucket: a span every replica repeats is kept though
+// one of each replica's own spans falls in its bucket between two
+// replicas (with one slot a bucket, that span was never shared).
+func TestSeenKeepsTwoPerBucket(t *testing.T) {
+	s := NewShared(SharedLimits{Entries: 4})
+	n := uint64(len(s.seen)) // a multiple of it falls in the same bucket
+	repeated := digest{3, 1}
+	term := ast.StringTerm("tolerations")
+	for replica := range uint64(5) {
+		own := digest{3 + n*(replica+1), 100 + replica} // the same bucket
+		s.offer(repeated, term, 40)
+		s.offer(own, ast.StringTerm("own"), 40)
+	}
+	if s.get(repeated) != term {
+		t.Error("the repeated span was not kept")
+	}
+	for replica := range uint64(5) {
+		if s.get(digest{3 + n*(replica+1), 100 + replica}) != nil {
+			t.Errorf("replica %d's own span was kept", replica)
+		}
+	}
+	// Two others between two replicas drop it from the bucket.
+	s = NewShared(SharedLimits{Entries: 4})
+	for replica := range uint64(3) {
+		s.offer(repeated, term, 40)
+		s.offer(digest{3 + n, 200 + replica}, ast.StringTerm("a"), 40)
+		s.offer(digest{3 + 2*n, 300 + replica}, ast.StringTerm("b"), 40)
+	}
+	if s.get(repeated) != nil {
+		t.Error("a span dropped from its bucket between every two replicas was kept")
+	}
+}
