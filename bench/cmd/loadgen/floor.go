@@ -252,24 +252,23 @@ func (p *floorProcess) stop() {
 
 func (p *floorProcess) setAnswers(answers map[string][]byte) error {
 	for path, b := range answers {
-		req, err := http.NewRequest(http.MethodPut, p.base+floorAnswerPath+path, bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("set the floor's answer to %s: HTTP %d", path, resp.StatusCode)
+		if err := p.put(floorAnswerPath+path, b); err != nil {
+			return fmt.Errorf("set the floor's answer to %s: %w", path, err)
 		}
 	}
 	return nil
 }
 
 func (p *floorProcess) setCPU(d time.Duration) error {
-	req, err := http.NewRequest(http.MethodPut, p.base+floorCPUPath, strings.NewReader(d.String()))
+	if err := p.put(floorCPUPath, []byte(d.String())); err != nil {
+		return fmt.Errorf("set the floor's CPU per request: %w", err)
+	}
+	return nil
+}
+
+// put sends body to one of the floor process's control paths.
+func (p *floorProcess) put(path string, body []byte) error {
+	req, err := http.NewRequest(http.MethodPut, p.base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -279,7 +278,7 @@ func (p *floorProcess) setCPU(d time.Duration) error {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("set the floor's CPU per request: HTTP %d", resp.StatusCode)
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	return nil
 }
