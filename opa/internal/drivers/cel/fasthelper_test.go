@@ -157,7 +157,7 @@ func BenchmarkMembershipHelper(b *testing.B) {
 		fast *fastTest
 	}{{"fast", h.fast}, {"composited", nil}} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := &memberHelper{program: h.program, test: h.test, fast: bc.fast}
+			h := &memberHelper{program: h.program, test: h.test, request: h.request, fast: bc.fast}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := h.Holds(ctx, drivers.HelperInput{Constraint: c, Argument: ast.String("registry.example/app:1")}); err != nil {

@@ -10,7 +10,6 @@ import (
 	celtypes "github.com/google/cel-go/common/types"
 	"github.com/open-policy-agent/opa/v1/ast"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -48,7 +47,11 @@ var errNotString = errors.New("not a string of at most 4 KiB: keyed whole")
 // memberHelper tests one value with a membership's test.
 type memberHelper struct {
 	program *Program
-	test    plugincel.ConditionEvaluator
+	test    *conditions
+	// request is CEL's request for every value the helper tests (the
+	// values differ in object.arg alone), made once; requestErr why not.
+	request    map[string]any
+	requestErr error
 	// fast answers with the test's variables kept per Constraint
 	// (fasthelper.go); nil: test answers every value.
 	fast *fastTest
@@ -91,10 +94,11 @@ func compileHelpers(p *Program, compiler *plugincel.CompositedCompiler, varErrs 
 	typeChecks := func(expr string) bool {
 		return compiler.CompileCELExpression(&validation{expression: expr}, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions).Error == nil
 	}
+	request, err := helperRequest()
 	helpers := make(map[string]*memberHelper, len(p.members))
 	for name, m := range p.members {
 		test := compileConditions(compiler, p.variables, []plugincel.ExpressionAccessor{&validation{expression: m.helperExpression()}})
-		helpers[name] = &memberHelper{program: p, test: test, fast: p.driver.fastTestOf(m, typeChecks, varErrs)}
+		helpers[name] = &memberHelper{program: p, test: test, request: request, requestErr: err, fast: p.driver.fastTestOf(m, typeChecks, varErrs)}
 	}
 	return helpers
 }
@@ -135,18 +139,25 @@ func (h *memberHelper) Holds(ctx context.Context, in drivers.HelperInput) (bool,
 	return h.composited(ctx, in, s)
 }
 
+// helperRequest is CEL's request when a helper tests a value: a CREATE
+// with no kind, resource or user, as the API server makes it of the
+// helper's attributes.
+func helperRequest() (map[string]any, error) {
+	attrs := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{}, "", "", schema.GroupVersionResource{}, "", admission.Create, nil, false, nil)
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource{}, metav1.GroupVersionKind{}))
+}
+
 // composited is the test's answer on s evaluated as the API server
 // evaluates a condition: the reference the fast test defers to.
 func (h *memberHelper) composited(ctx context.Context, in drivers.HelperInput, s ast.String) (bool, error) {
-	object := &unstructured.Unstructured{Object: map[string]any{"arg": string(s)}}
-	attrs := admission.NewAttributesRecord(object, nil, schema.GroupVersionKind{}, "", "", schema.GroupVersionResource{}, "", admission.Create, nil, false, nil)
-	va := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: admission.NewLazyObject(object)}
-	var params runtime.Object
-	if in.Constraint != nil {
-		params = &constraintParams{obj: in.Constraint.Object}
+	if h.requestErr != nil {
+		return false, fmt.Errorf("helper of template %s: request: %w", h.program.t.Name, h.requestErr)
 	}
-	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource{}, metav1.GroupVersionKind{})
-	results, _, err := h.test.ForInput(ctx, va, request, plugincel.OptionalVariableBindings{VersionedParams: params}, nil, celconfig.PerCallLimit)
+	input := activationInput{object: map[string]any{"arg": string(s)}, request: h.request}
+	if in.Constraint != nil {
+		input.params = in.Constraint.Object
+	}
+	results, _, err := h.test.evaluate(ctx, input, celconfig.PerCallLimit)
 	if err != nil {
 		return false, fmt.Errorf("helper of template %s: %w", h.program.t.Name, err)
 	}
